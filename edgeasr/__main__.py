@@ -1,0 +1,3 @@
+from edgeasr.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""A model bundle: one directory of ONNX graphs + tokenizer, described by manifest.json.
+
+Everything downstream reads its numbers here (window, mel bins, token ids, tensor
+names) instead of from literals. `load_bundle` checks that the manifest and the files
+agree (sizes always, sha256 on request) so a half-copied bundle fails at start-up
+with one line, not deep inside onnxruntime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeasr.errors import MissingInputError, ModelError
+
+MANIFEST = "manifest.json"
+FORMAT = "edgeasr-bundle/1"
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    sample_rate: int
+    n_fft: int
+    hop_length: int
+    n_mels: int
+    window_s: float
+    n_frames: int  # mel frames per window
+    n_positions: int  # encoder output positions per window
+
+    @property
+    def n_samples(self) -> int:
+        return self.n_frames * self.hop_length
+
+    @property
+    def seconds_per_position(self) -> float:
+        return self.window_s / self.n_positions
+
+
+@dataclass(frozen=True)
+class Tokens:
+    eot: int
+    sot: int
+    translate: int
+    transcribe: int
+    sot_lm: int
+    sot_prev: int
+    no_speech: int
+    no_timestamps: int
+    timestamp_begin: int
+    blank: int
+    languages: dict[str, int]  # empty for English-only models
+
+
+@dataclass(frozen=True)
+class Bundle:
+    root: Path
+    manifest: dict
+    name: str
+    multilingual: bool
+    audio: AudioSpec
+    tokens: Tokens
+    suppress_tokens: tuple[int, ...]
+    begin_suppress_tokens: tuple[int, ...]
+    n_vocab: int
+    d_model: int
+    decoder_layers: int
+    decoder_heads: int
+    n_text_ctx: int
+    n_audio_ctx: int  # positions the decoder was trained on (1500)
+
+    def path(self, role: str) -> Path:
+        """The file for a role (encoder, encoder_int8, decoder_step, tokenizer, ...)."""
+        entry = self.manifest["files"].get(role)
+        if entry is None:
+            raise ModelError(f"{self.root}: the bundle has no {role} file (manifest.json files.{role})")
+        return self.root / entry["path"]
+
+    def has(self, role: str) -> bool:
+        return role in self.manifest["files"]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_entry(root: Path, name: str) -> dict:
+    p = root / name
+    return {"path": name, "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+
+
+def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
+    root = Path(root)
+    mpath = root / MANIFEST
+    if not root.is_dir():
+        raise MissingInputError(f"{root}: model bundle directory not found")
+    if not mpath.is_file():
+        raise ModelError(f"{root}: not a model bundle ({MANIFEST} is missing)")
+    try:
+        m = json.loads(mpath.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{mpath}: unreadable manifest ({exc})") from exc
+    if m.get("format") != FORMAT:
+        raise ModelError(f"{mpath}: format {m.get('format')!r} is not {FORMAT!r}")
+    for role, entry in m["files"].items():
+        p = root / entry["path"]
+        if not p.is_file():
+            raise ModelError(f"{root}: {entry['path']} ({role}) is listed in {MANIFEST} but missing")
+        if p.stat().st_size != entry["bytes"]:
+            raise ModelError(
+                f"{p}: {p.stat().st_size} bytes, the manifest says {entry['bytes']} (truncated or replaced)"
+            )
+        if verify_checksums and sha256_file(p) != entry["sha256"]:
+            raise ModelError(f"{p}: sha256 does not match the manifest")
+    try:
+        model, tok = m["model"], m["tokens"]
+        return Bundle(
+            root=root,
+            manifest=m,
+            name=m["name"],
+            multilingual=model["multilingual"],
+            audio=AudioSpec(**m["audio"]),
+            tokens=Tokens(**tok),
+            suppress_tokens=tuple(m["suppress_tokens"]),
+            begin_suppress_tokens=tuple(m["begin_suppress_tokens"]),
+            n_vocab=model["n_vocab"],
+            d_model=model["d_model"],
+            decoder_layers=model["decoder_layers"],
+            decoder_heads=model["decoder_heads"],
+            n_text_ctx=model["n_text_ctx"],
+            n_audio_ctx=model["n_audio_ctx"],
+        )
+    except (KeyError, TypeError) as exc:
+        raise ModelError(f"{mpath}: incomplete manifest ({exc})") from exc

@@ -1,0 +1,178 @@
+"""Greedy Whisper decoding of one window on the CPU, with a KV cache.
+
+`DecoderSession` runs the bundle's two decoder graphs through onnxruntime: the
+cross-attention K/V once per window, then one step per token. The self-attention cache
+is a preallocated [n_text_ctx, layers, 2, d_model] buffer: each step reads its first P
+rows in place and onnxruntime writes the new rows straight after them (IOBinding), so
+nothing is copied per token. `decode_window` is the greedy loop with the logit rules.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from edgeasr import logits as rules
+from edgeasr.bundle import Bundle
+from edgeasr.encoder import ort_session
+from edgeasr.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    # multilingual bundles: language code, or None to detect it per window
+    language: str | None = None
+    # "transcribe" (X -> X) or "translate" (X -> English)
+    task: str = "transcribe"
+    # pad the audio features with zero rows to this many positions (0 = no padding); the
+    # decoder was trained on 1500 and hallucinates more on short windows
+    encoder_padding: int = 700
+    # >1 lowers the logits of text tokens used in the last `repetition_window` tokens
+    repetition_penalty: float = 1.1
+    repetition_window: int = 16
+    # end the window once p(end-of-text) reaches this (None: plain greedy)
+    eos_threshold: float | None = 0.5
+    # token cap per window = this * window seconds (runaway loops stop here)
+    max_tokens_per_s: float = 6.0
+    # the first timestamp must come within this many seconds
+    max_initial_timestamp_s: float = 1.0
+
+
+# Anti-hallucination presets: padding, penalty, EOS threshold (issue #3; the seed gives
+# 700 as the least padding that helps and 1500 as the safest).
+PRESETS: dict[str, dict] = {
+    "conservative": dict(encoder_padding=1500, repetition_penalty=1.3, eos_threshold=0.3),
+    "balanced": dict(encoder_padding=700, repetition_penalty=1.1, eos_threshold=0.5),
+    "aggressive": dict(encoder_padding=0, repetition_penalty=1.0, eos_threshold=None),
+}
+
+
+def preset_options(name: str, **overrides) -> DecodingOptions:
+    if name not in PRESETS:
+        raise ConfigError(f"decoder.preset: {name!r} is not allowed ({', '.join(PRESETS)})")
+    values = dict(PRESETS[name])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return replace(DecodingOptions(), **values)
+
+
+@dataclass
+class WindowResult:
+    tokens: list[int]  # generated tokens (text and timestamps), end-of-text excluded
+    logprobs: list[float]  # log-probability of each generated token
+    no_speech_prob: float
+    language: str
+    hit_cap: bool  # stopped by the token cap, not by end-of-text
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def avg_logprob(self) -> float:
+        return sum(self.logprobs) / max(1, len(self.logprobs))
+
+
+class DecoderSession:
+    def __init__(self, bundle: Bundle, precision: str = "int8", threads: int = 2) -> None:
+        suffix = "_int8" if precision == "int8" else ""
+        self.bundle = bundle
+        self.cross = ort_session(bundle.path("decoder_cross" + suffix), threads)
+        self.step_session = ort_session(bundle.path("decoder_step" + suffix), threads)
+        self.cache = np.zeros((bundle.n_text_ctx, bundle.decoder_layers, 2, bundle.d_model), np.float32)
+        self.logits = np.zeros((1, bundle.n_vocab), np.float32)
+        self.binding = self.step_session.io_binding()
+        self.binding.bind_output("logits", "cpu", 0, np.float32, list(self.logits.shape),
+                                 self.logits.ctypes.data)
+        self.length = 0
+
+    def start(self, audio_features: np.ndarray, padding: int) -> None:
+        """Cross-attention K/V for a window; resets the self-attention cache."""
+        t, d = audio_features.shape[1:]
+        if padding > t:  # zero rows: the 30 s layout the decoder was trained on
+            audio_features = np.concatenate(
+                [audio_features, np.zeros((1, padding - t, d), np.float32)], axis=1)
+        cross_k, cross_v = self.cross.run(None, {"audio_features": audio_features})
+        self._cross = (cross_k, cross_v)  # keep them alive while bound
+        self.binding.bind_cpu_input("cross_k", cross_k)
+        self.binding.bind_cpu_input("cross_v", cross_v)
+        self.length = 0
+
+    def step(self, tokens: list[int]) -> np.ndarray:
+        """Feed tokens after the cached ones; returns the next token's logits [n_vocab]."""
+        n, p = len(tokens), self.length
+        if p + n > len(self.cache):
+            raise ValueError("decoder context is full")
+        b = self.binding
+        b.bind_cpu_input("tokens", np.asarray([tokens], np.int64))
+        b.bind_cpu_input("offset", np.asarray([p], np.int64))
+        b.bind_cpu_input("self_kv", self.cache[:p])
+        new = self.cache[p : p + n]
+        b.bind_output("new_kv", "cpu", 0, np.float32, list(new.shape), new.ctypes.data)
+        self.step_session.run_with_iobinding(b)
+        self.length = p + n
+        return self.logits[0]
+
+
+def build_rules(bundle: Bundle, options: DecodingOptions, window_s: float) -> list:
+    tok = bundle.tokens
+    per_pos = bundle.audio.seconds_per_position
+    suppress = set(bundle.suppress_tokens) | {tok.translate, tok.transcribe, tok.sot, tok.sot_prev,
+                                              tok.sot_lm, tok.no_speech}
+    suppress |= set(tok.languages.values())
+    chain: list = [
+        rules.SuppressTokens(sorted(suppress)),
+        rules.SuppressBlank(tok.blank, tok.eot),
+        rules.TimestampRules(tok, round(options.max_initial_timestamp_s / per_pos),
+                             round(window_s / per_pos)),
+    ]
+    if options.repetition_penalty != 1.0:
+        chain.append(rules.RepetitionPenalty(options.repetition_penalty, options.repetition_window,
+                                             tok.eot))
+    if options.eos_threshold is not None:
+        chain.append(rules.EosBoost(tok.eot, options.eos_threshold))
+    return chain
+
+
+def _detect_language(logits: np.ndarray, bundle: Bundle) -> str:
+    langs = bundle.tokens.languages
+    codes, ids = list(langs), np.fromiter(langs.values(), dtype=np.int64)
+    return codes[int(np.argmax(logits[ids]))]
+
+
+def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
+                  window_s: float, chain: list | None = None) -> WindowResult:
+    """Greedy decoding with timestamps of one window whose speech lasts `window_s`."""
+    bundle, tok = session.bundle, session.bundle.tokens
+    chain = chain if chain is not None else build_rules(bundle, options, window_s)
+    t0 = time.monotonic()
+    session.start(audio_features, options.encoder_padding)
+    t1 = time.monotonic()
+    logits = session.step([tok.sot])
+    no_speech_prob = float(np.exp(rules.log_softmax(logits)[tok.no_speech]))
+    language = "en"
+    if bundle.multilingual:
+        language = options.language or _detect_language(logits, bundle)
+        if language not in tok.languages:
+            raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
+        task = tok.translate if options.task == "translate" else tok.transcribe
+        logits = session.step([tok.languages[language], task])
+    cap = max(4, math.ceil(options.max_tokens_per_s * window_s))
+    cap = min(cap, bundle.n_text_ctx - session.length - 1)
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    hit_cap = True
+    while len(tokens) < cap:
+        logits = logits.copy()
+        for rule in chain:
+            rule.apply(logits, tokens)
+        token = int(np.argmax(logits))
+        logprobs.append(float(rules.log_softmax(logits)[token]))
+        if token == tok.eot:
+            hit_cap = False
+            break
+        tokens.append(token)
+        logits = session.step([token])
+    t2 = time.monotonic()
+    timings = {"cross_kv": (t1 - t0) * 1e3, "decoder": (t2 - t0) * 1e3,
+               "steps": len(tokens) + 1}
+    return WindowResult(tokens, logprobs, no_speech_prob, language, hit_cap, timings)

@@ -1,0 +1,94 @@
+"""Encoder backends: log-mel window -> audio features, on the CPU (onnxruntime) or a Hailo NPU.
+
+The backend is chosen by a pure function of the request and what is present, so the
+choice can be tested without either runtime; `edgeasr.hailo` is imported only when
+the hailo backend is chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from edgeasr.bundle import Bundle
+from edgeasr.errors import ConfigError, DeviceError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "onnx", "hailo")
+
+
+class Encoder(Protocol):
+    backend: str
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        """NHWC mel [1, 1, n_frames, n_mels] float32 -> audio features [1, n_positions, d_model]."""
+
+    def close(self) -> None: ...
+
+
+def choose_backend(requested: str, *, hailo_present: bool, hef_present: bool) -> str:
+    """`auto` means the NPU when its SDK, a device and a compiled HEF are all there."""
+    if requested not in BACKENDS:
+        raise ConfigError(f"encoder.backend: {requested!r} is not allowed ({', '.join(BACKENDS)})")
+    if requested == "auto":
+        return "hailo" if hailo_present and hef_present else "onnx"
+    if requested == "hailo" and not hailo_present:
+        raise DeviceError(
+            "encoder.backend is hailo but no Hailo device or HailoRT (hailo_platform) is present"
+        )
+    return requested
+
+
+def ort_session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+class OnnxEncoder:
+    backend = "onnx"
+
+    def __init__(self, bundle: Bundle, precision: str = "int8", threads: int = 2,
+                 role: str | None = None) -> None:
+        role = role or ("encoder_int8" if precision == "int8" else "encoder")
+        self.session = ort_session(bundle.path(role), threads)
+        self.input_name = self.session.get_inputs()[0].name
+        self.shape = tuple(self.session.get_inputs()[0].shape)
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input_name: np.ascontiguousarray(mel, np.float32)})[0]
+
+    def close(self) -> None:
+        self.session = None
+
+
+def create_encoder(bundle: Bundle, backend: str = "auto", precision: str = "int8",
+                   threads: int = 2, hef: Path | None = None, timeout_ms: int = 2000,
+                   scheduler: str = "round_robin", service_group: str | None = None) -> Encoder:
+    from importlib.util import find_spec
+
+    hef = Path(hef) if hef else (bundle.path("encoder_hef") if bundle.has("encoder_hef") else None)
+    hailo_present = False
+    if backend != "onnx" and find_spec("hailo_platform") is not None:
+        from edgeasr.hailo import hailo_available
+
+        hailo_present = hailo_available()
+    chosen = choose_backend(backend, hailo_present=hailo_present,
+                            hef_present=hef is not None and hef.is_file())
+    log.info("encoder backend: %s (requested %s)", chosen, backend)
+    if chosen == "hailo":
+        if hef is None or not hef.is_file():
+            raise DeviceError(f"encoder.hef: no compiled HEF at {hef} (run `edgeasr models compile-hef`)")
+        from edgeasr.hailo import HailoEncoder
+
+        return HailoEncoder(hef, bundle, timeout_ms, scheduler, service_group)
+    return OnnxEncoder(bundle, precision, threads)

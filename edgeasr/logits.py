@@ -1,0 +1,111 @@
+"""Logit rules, one small class each, applied in order before every greedy pick.
+
+`logits` is the float32 vector for the next token (modified in place); `tokens` are the
+tokens generated so far in this window, after the prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from edgeasr.bundle import Tokens
+
+NEG_INF = -np.inf
+
+
+class LogitFilter(Protocol):
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None: ...
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    m = np.max(x)
+    return x - m - np.log(np.sum(np.exp(x - m)))
+
+
+class SuppressTokens:
+    """Never emit these (non-speech symbols, task and other special tokens)."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = np.asarray(sorted(set(ids)), dtype=np.int64)
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
+        logits[self.ids] = NEG_INF
+
+
+class SuppressBlank:
+    """No blank as the first text token, and no end-of-text as the very first token
+    (openai's SuppressBlank; after the opening timestamp an empty window may end)."""
+
+    def __init__(self, blank: int, eot: int) -> None:
+        self.blank, self.eot = blank, eot
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
+        if not tokens:
+            logits[[self.blank, self.eot]] = NEG_INF
+        elif all(t > self.eot for t in tokens):
+            logits[self.blank] = NEG_INF
+
+
+class TimestampRules:
+    """openai's ApplyTimestampRules: timestamps in pairs, never decreasing, the first one
+    early, none past the window, and a timestamp whenever they are jointly more likely
+    than any single text token."""
+
+    def __init__(self, tok: Tokens, max_initial_index: int, max_index: int) -> None:
+        self.eot, self.begin, self.no_ts = tok.eot, tok.timestamp_begin, tok.no_timestamps
+        self.max_initial_index, self.max_index = max_initial_index, max_index
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
+        b = self.begin
+        logits[self.no_ts] = NEG_INF
+        logits[b + self.max_index + 1 :] = NEG_INF
+        last_ts = len(tokens) >= 1 and tokens[-1] >= b
+        prev_ts = len(tokens) < 2 or tokens[-2] >= b
+        if last_ts:
+            if prev_ts:  # a closed pair (or the opening one): text must follow
+                logits[b:] = NEG_INF
+            else:  # an opening timestamp after text: close it or end
+                logits[: self.eot] = NEG_INF
+        stamps = [t for t in tokens if t >= b]
+        if stamps:  # never go back in time; after a pair, strictly forward
+            floor = stamps[-1] if last_ts and not prev_ts else stamps[-1] + 1
+            logits[b:floor] = NEG_INF
+        if not tokens:  # start with a timestamp, and an early one
+            logits[:b] = NEG_INF
+            logits[b + self.max_initial_index + 1 :] = NEG_INF
+        lp = log_softmax(logits)
+        ts_lp = np.logaddexp.reduce(lp[b:])
+        if ts_lp > np.max(lp[:b]):
+            logits[:b] = NEG_INF
+
+
+class RepetitionPenalty:
+    """Make recently used text tokens less likely. Like Hugging Face's (and unlike
+    Hailo's app) it multiplies negative logits, so a penalty always lowers them."""
+
+    def __init__(self, penalty: float, window: int, first_special: int) -> None:
+        self.penalty, self.window, self.first_special = penalty, window, first_special
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
+        recent = {t for t in tokens[-self.window :] if t < self.first_special}
+        if not recent or self.penalty == 1.0:
+            return
+        idx = np.fromiter(recent, dtype=np.int64)
+        v = logits[idx]
+        logits[idx] = np.where(v > 0, v / self.penalty, v * self.penalty)
+
+
+class EosBoost:
+    """End the window once end-of-text is likely enough, even if not the top token:
+    a decoder fed a short window tends to run on past the speech."""
+
+    def __init__(self, eot: int, threshold: float) -> None:
+        self.eot, self.log_threshold = eot, float(np.log(threshold))
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
+        if tokens and log_softmax(logits)[self.eot] >= self.log_threshold:
+            keep = logits[self.eot]
+            logits[:] = NEG_INF
+            logits[self.eot] = keep

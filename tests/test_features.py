@@ -1,0 +1,272 @@
+"""edgeasr.features against Hugging Face's Whisper front end, on the real dev clips.
+
+transformers' WhisperFeatureExtractor runs openai/whisper's torch STFT code when torch is
+installed (it is, in the export extra); transformers.audio_utils.spectrogram is HF's numpy
+route. Both are only references here: the runtime imports neither.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from transformers import WhisperFeatureExtractor
+from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
+
+from edgeasr.errors import ModelError
+from edgeasr.features import (
+    DYNAMIC_RANGE,
+    LOG_FLOOR,
+    NORM_OFFSET,
+    NORM_SCALE,
+    MelSpec,
+    MelStream,
+    bands_first,
+    log_mel,
+    mel_filters,
+)
+
+DEV = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev"
+CLIPS = sorted((DEV / "audio").glob("*.wav"))
+SAMPLE_RATE = 16_000  # the dev set's rate (its README)
+TOLERANCE = 1e-4  # max |difference| allowed against the references
+
+
+def whisper_spec(n_mels: int = 80, window_s: int = 10) -> MelSpec:
+    # Whisper's front end as a bundle manifest states it.
+    return MelSpec.for_window(sample_rate=SAMPLE_RATE, n_fft=400, hop_length=160, n_mels=n_mels, window_s=window_s)
+
+
+def read_clip(name: str) -> np.ndarray:
+    audio, rate = sf.read(DEV / "audio" / f"{name}.wav", dtype="float32")
+    assert rate == SAMPLE_RATE
+    return audio
+
+
+def hf_mel_filters(spec: MelSpec) -> np.ndarray:
+    return mel_filter_bank(
+        num_frequency_bins=spec.n_fft // 2 + 1,
+        num_mel_filters=spec.n_mels,
+        min_frequency=0.0,
+        max_frequency=spec.sample_rate / 2,
+        sampling_rate=spec.sample_rate,
+        norm="slaney",
+        mel_scale="slaney",
+    )
+
+
+def test_dev_clips_present() -> None:
+    assert len(CLIPS) >= 80, f"expected the dev set in {DEV}"
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_mel_filters_match_transformers(n_mels: int) -> None:
+    spec = whisper_spec(n_mels)
+    ours = mel_filters(spec.sample_rate, spec.n_fft, spec.n_mels)
+    ref = hf_mel_filters(spec)
+    assert ours.shape == ref.shape == (201, n_mels)
+    assert ours.dtype == np.float32 and not ours.flags.writeable
+    assert np.abs(ours - ref).max() < 1e-8
+
+
+@pytest.mark.parametrize(("n_mels", "window_s"), [(80, 10), (80, 30), (128, 10), (128, 30)])
+def test_log_mel_matches_whisper_feature_extractor(n_mels: int, window_s: int) -> None:
+    spec = whisper_spec(n_mels, window_s)
+    extractor = WhisperFeatureExtractor(feature_size=n_mels, chunk_length=window_s)
+    worst = 0.0
+    for clip in CLIPS:
+        audio = sf.read(clip, dtype="float32")[0][: spec.n_samples]
+        ref = extractor(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
+        ours = bands_first(log_mel(audio, spec))
+        assert ours.shape == ref.shape == (n_mels, spec.n_frames)
+        diff = float(np.abs(ours - ref).max())
+        assert diff <= TOLERANCE, f"{clip.name}: max |diff| {diff:.2e}"
+        worst = max(worst, diff)
+    print(f"\nWhisperFeatureExtractor n_mels={n_mels} {window_s}s: worst max|diff| {worst:.2e} over {len(CLIPS)} clips")
+
+
+@pytest.mark.parametrize("name", ["jfk_inaugural-1961", "cmu_goforward", "ls_test-other_1688-142285-0000"])
+def test_log_mel_matches_transformers_numpy_route(name: str) -> None:
+    spec = whisper_spec()
+    audio = read_clip(name)[: spec.n_samples]
+    padded = np.zeros(spec.n_samples, dtype=np.float32)
+    padded[: len(audio)] = audio
+    power = spectrogram(
+        padded, window_function(spec.n_fft, "hann"), frame_length=spec.n_fft, hop_length=spec.hop_length,
+        power=2.0, mel_filters=hf_mel_filters(spec), log_mel="log10",
+    )[:, :-1]
+    ref = (np.maximum(power, power.max() - 8.0) + 4.0) / 4.0
+    assert np.abs(bands_first(log_mel(audio, spec)) - ref).max() <= TOLERANCE
+
+
+def test_padding_is_the_log_mel_of_silence_not_zero() -> None:
+    # faster-whisper pads the log-mel with 0; openai/HF compute it on zero-padded audio.
+    spec = whisper_spec(window_s=30)
+    audio = read_clip("jfk_inaugural-1961")
+    mel = log_mel(audio, spec)[0, 0]
+    speech_frames = len(audio) // spec.hop_length
+    pad = mel[speech_frames + spec.n_fft // spec.hop_length :]
+    floor = (max(math.log10(LOG_FLOOR), 4.0 * mel.max() - NORM_OFFSET - DYNAMIC_RANGE) + NORM_OFFSET) / NORM_SCALE
+    assert len(pad) > 1000
+    assert np.allclose(pad, floor, atol=1e-6)
+    assert pad.max() < -0.5  # -0.54 on this clip, as openai/HF give (notes/whisper-weights.md)
+
+
+def test_layout_and_bands_first() -> None:
+    spec = whisper_spec()
+    mel = log_mel(read_clip("cmu_goforward"), spec)
+    assert mel.shape == (1, 1, 1000, 80) and mel.dtype == np.float32
+    flat = bands_first(mel)
+    assert flat.shape == (80, 1000) and flat.flags.c_contiguous
+    np.testing.assert_array_equal(flat, mel[0, 0].T)
+    with pytest.raises(ValueError, match=r"\[1, 1, n_frames, n_mels\]"):
+        bands_first(flat)
+
+
+def test_log_mel_rejects_bad_audio() -> None:
+    spec = whisper_spec()
+    with pytest.raises(ValueError, match="do not fit a 10 s window"):
+        log_mel(np.zeros(spec.n_samples + 1, dtype=np.float32), spec)
+    with pytest.raises(ValueError, match="int16"):
+        log_mel(np.zeros(100, dtype=np.int16), spec)
+    with pytest.raises(ValueError, match="1-D"):
+        log_mel(np.zeros((2, 100), dtype=np.float32), spec)
+
+
+def test_exactly_one_window_and_empty_audio() -> None:
+    spec = whisper_spec()
+    audio = read_clip("ls_test-other_1688-142285-0000")[: spec.n_samples]  # 15 s clip, cut
+    assert len(audio) == spec.n_samples
+    assert np.isfinite(log_mel(audio, spec)).all()
+    silence = log_mel(np.zeros(0, dtype=np.float32), spec)
+    np.testing.assert_allclose(silence, (math.log10(LOG_FLOOR) + NORM_OFFSET) / NORM_SCALE, atol=1e-6, rtol=0)
+
+
+def test_mel_spec_sizes_and_validation() -> None:
+    spec = whisper_spec()
+    assert (spec.n_frames, spec.n_samples, spec.pad, spec.window_s) == (1000, 160_000, 200, 10.0)
+    assert whisper_spec(window_s=30).n_frames == 3000
+    with pytest.raises(ModelError, match="n_mels must be a positive integer"):
+        MelSpec(16_000, 400, 160, 0, 1000)
+    with pytest.raises(ModelError, match="hop_length must be a positive integer"):
+        MelSpec(16_000, 400, 160.0, 80, 1000)  # type: ignore[arg-type]
+    with pytest.raises(ModelError, match="n_fft must be even"):
+        MelSpec(16_000, 401, 160, 80, 1000)
+    with pytest.raises(ModelError, match="whole number"):
+        MelSpec.for_window(sample_rate=16_000, n_fft=400, hop_length=160, n_mels=80, window_s=10.005)
+    with pytest.raises(ModelError, match="too short"):
+        MelSpec(16_000, 400, 160, 80, 1)
+
+
+# --- MelStream ---------------------------------------------------------------------------
+
+
+def push_in_chunks(stream: MelStream, audio: np.ndarray, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    i = 0
+    while i < len(audio):
+        n = int(rng.integers(1, 2_000))
+        stream.push(audio[i : i + n])
+        i += n
+
+
+def max_tail_frames(spec: MelStream | MelSpec) -> int:
+    spec = spec.spec if isinstance(spec, MelStream) else spec
+    # The start's reflect-padded frames, those straddling the audio's end, the end's padding.
+    return 2 * math.ceil(spec.n_fft / spec.hop_length) + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "n_mels"),
+    [("cmu_goforward", 80), ("jfk_inaugural-1961", 80), ("ls_test-other_1688-142285-0000", 128), ("alsa_front-left", 80)],
+)
+def test_stream_finish_equals_one_shot(name: str, n_mels: int) -> None:
+    spec = whisper_spec(n_mels)
+    audio = read_clip(name)[: spec.n_samples]
+    stream = MelStream(spec)
+    push_in_chunks(stream, audio, seed=len(audio))
+    assert stream.end == len(audio)
+    assert stream.pending_frames <= max_tail_frames(spec)
+    streamed = stream.finish()
+    assert streamed.shape == (1, 1, spec.n_frames, n_mels) and streamed.dtype == np.float32
+    assert np.abs(streamed - log_mel(audio, spec)).max() <= 1e-5
+    assert (stream.start, stream.end) == (0, 0)
+
+
+def test_stream_work_left_is_the_tail_only() -> None:
+    spec = whisper_spec()
+    audio = read_clip("jfk_inaugural-1961")[: 5 * spec.sample_rate]
+    stream = MelStream(spec)
+    assert stream.pending_frames == 0  # nothing pushed: the window is silence
+    stream.push(audio[: spec.pad])  # no frame complete yet: every frame touching the audio is left
+    assert stream.pending_frames == math.ceil((spec.pad + spec.pad) / spec.hop_length)
+    stream.push(audio[spec.pad :])
+    assert 0 < stream.pending_frames <= max_tail_frames(spec)
+
+
+def test_stream_window_mid_stream_then_more_audio() -> None:
+    spec = whisper_spec()
+    audio = read_clip("ls_test-other_1688-142285-0000")[: spec.n_samples]
+    stream = MelStream(spec)
+    half = 77_777
+    push_in_chunks(stream, audio[:half], seed=1)
+    assert np.abs(stream.window() - log_mel(audio[:half], spec)).max() <= 1e-5
+    push_in_chunks(stream, audio[half:], seed=2)
+    assert np.abs(stream.finish() - log_mel(audio, spec)).max() <= 1e-5
+
+
+@pytest.mark.parametrize("start", [125_760, 12_345, 0])  # on the hop grid (a 7.86 s timestamp), off it, none
+def test_stream_window_at_a_later_start(start: int) -> None:
+    spec = whisper_spec()
+    audio = read_clip("ls_test-other_1688-142285-0000")  # 15 s: more than one window
+    stream = MelStream(spec)
+    push_in_chunks(stream, audio, seed=3)
+    expected = log_mel(audio[start : start + spec.n_samples], spec)
+    assert np.abs(stream.window(start) - expected).max() <= 1e-5
+    assert stream.start == start
+    with pytest.raises(ValueError, match="outside the audio held"):
+        stream.window(start - 1)
+    if len(audio) - start > spec.n_samples:
+        with pytest.raises(ValueError, match="do not fit one window"):
+            stream.finish()
+    else:
+        assert np.abs(stream.finish() - expected).max() <= 1e-5
+
+
+def test_stream_carries_on_after_a_cut_window() -> None:
+    # A window cut at its limit while speech goes on: the next one starts where the
+    # transcript's last complete timestamp fell, and audio keeps arriving meanwhile.
+    spec = whisper_spec()
+    first, second = read_clip("ls_test-other_1688-142285-0000"), read_clip("jfk_inaugural-1961")
+    audio = np.concatenate([first, second])
+    stream = MelStream(spec)
+    stream.push(audio[: spec.n_samples])
+    np.testing.assert_allclose(stream.window(0), log_mel(audio[: spec.n_samples], spec), atol=1e-5, rtol=0)
+    consumed = 125_760
+    push_in_chunks(stream, audio[spec.n_samples : consumed + spec.n_samples], seed=4)
+    assert stream.pending_frames <= max_tail_frames(spec)
+    expected = log_mel(audio[consumed : consumed + spec.n_samples], spec)
+    assert np.abs(stream.window(consumed) - expected).max() <= 1e-5
+
+
+def test_stream_is_bounded() -> None:
+    spec = whisper_spec()
+    stream = MelStream(spec)
+    stream.push(np.zeros(2 * spec.n_samples, dtype=np.float32))
+    with pytest.raises(ValueError, match="holds at most 320000 samples"):
+        stream.push(np.zeros(1, dtype=np.float32))
+    stream.window(spec.n_samples)
+    stream.push(np.zeros(spec.n_samples, dtype=np.float32))  # room again after moving on
+    with pytest.raises(ValueError, match="int16"):
+        stream.push(np.zeros(10, dtype=np.int16))
+
+
+def test_runtime_imports_neither_torch_nor_transformers() -> None:
+    code = "import sys, edgeasr.features, edgeasr.audio; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

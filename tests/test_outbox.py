@@ -1,0 +1,124 @@
+"""The durable outbox: order, seq across restarts, the bound, crash safety, threads."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from edgeasr.errors import OutputError
+from edgeasr.outbox import FILENAME, Outbox
+
+
+def message(i: int) -> dict:
+    return {"id": f"m{i}", "seq": None, "text": f"utterance {i}"}
+
+
+def test_append_assigns_seq_and_pending_keeps_order(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path / "state", max_items=100)
+    entries = [outbox.append(message(i)) for i in range(5)]
+    assert [e.seq for e in entries] == [1, 2, 3, 4, 5]
+    assert json.loads(entries[2].text) == {"id": "m2", "seq": 3, "text": "utterance 2"}
+    assert list(json.loads(entries[0].text)) == ["id", "seq", "text"]  # seq keeps its place
+    assert outbox.pending() == entries
+    assert outbox.pending(after_seq=3, limit=1) == [entries[3]]
+    assert outbox.remove(2) and not outbox.remove(2)
+    assert [e.seq for e in outbox.pending()] == [1, 3, 4, 5]
+    assert len(outbox) == 4
+
+
+def test_seq_and_rows_survive_reopening(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=100)
+    outbox.append(message(0))
+    outbox.append(message(1))
+    outbox.remove(1)
+    assert outbox.next_seq() == 3
+    outbox.close()
+    again = Outbox.in_state_dir(tmp_path, max_items=100)
+    assert [e.seq for e in again.pending()] == [2]
+    assert again.append(message(2)).seq == 4  # never reissued, even after removals
+
+
+def test_database_is_wal_with_full_sync(tmp_path: Path):
+    Outbox.in_state_dir(tmp_path, max_items=3).close()
+    db = sqlite3.connect(tmp_path / FILENAME)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    outbox = Outbox.in_state_dir(tmp_path, max_items=3)
+    assert outbox._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_full_outbox_evicts_the_oldest_and_counts(tmp_path: Path, caplog):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=3)
+    for i in range(5):
+        outbox.append(message(i))
+    assert [e.seq for e in outbox.pending()] == [3, 4, 5]
+    assert outbox.evicted == 2 and outbox.evicted_total == 2
+    assert "dropped the 1 oldest" in caplog.text
+    outbox.close()
+    # the bound may shrink between runs: the next append trims to the new bound
+    smaller = Outbox.in_state_dir(tmp_path, max_items=1)
+    smaller.append(message(5))
+    assert [e.seq for e in smaller.pending()] == [6]
+    assert smaller.evicted == 3 and smaller.evicted_total == 5
+    assert smaller.stats() == {"depth": 1, "evicted": 5}
+
+
+def test_rows_survive_sigkill(tmp_path: Path):
+    script = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from edgeasr.outbox import Outbox\n"
+        "box = Outbox.in_state_dir(Path(sys.argv[1]), max_items=100)\n"
+        "for i in range(20):\n"
+        "    box.append({'id': str(i), 'seq': None})\n"
+        "box.remove(1)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    outbox = Outbox.in_state_dir(tmp_path, max_items=100)
+    assert [e.seq for e in outbox.pending()] == list(range(2, 21))
+    assert outbox.next_seq() == 21
+
+
+def test_threads_append_and_remove_concurrently(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=10_000)
+    removed: list[int] = []
+
+    def producer(k: int) -> None:
+        for i in range(50):
+            outbox.append(message(k * 100 + i))
+
+    def consumer() -> None:
+        for _ in range(200):
+            for entry in outbox.pending(limit=5):
+                if outbox.remove(entry.seq):
+                    removed.append(entry.seq)
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)] + [threading.Thread(target=consumer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    left = [e.seq for e in outbox.pending(limit=1000)]
+    assert sorted(removed + left) == list(range(1, 201))  # nothing lost, nothing twice
+    assert len(removed) == len(set(removed))
+
+
+def test_unusable_state_dir_is_an_output_error(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OutputError, match="state_dir"):
+        Outbox.in_state_dir(blocker / "state", max_items=5)
+
+
+def test_corrupt_database_is_an_output_error(tmp_path: Path):
+    (tmp_path / FILENAME).write_bytes(b"this is not an sqlite database" * 100)
+    with pytest.raises(OutputError, match=FILENAME):
+        Outbox.in_state_dir(tmp_path, max_items=5)

@@ -1,0 +1,221 @@
+"""The published messages against the shipped JSON Schema, and the stdout publisher."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import io
+import json
+import math
+import time
+import uuid
+from pathlib import Path
+
+import jinja2
+import jsonschema
+import numpy as np
+import pytest
+
+from edgeasr import __version__
+from edgeasr import payload as msgs
+from edgeasr.errors import OutputError
+from edgeasr.outbox import Outbox
+from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcription
+
+T0 = dt.datetime(2025, 3, 1, 12, 0, 5, 250_000, tzinfo=dt.timezone.utc)
+
+
+def validator(definition: str | None = None) -> jsonschema.Draft202012Validator:
+    """The shipped schema (or one of its $defs) as a strict validator."""
+    schema = msgs.load_schema()
+    if definition is not None:
+        schema = {**schema, "$ref": f"#/$defs/{definition}"}
+        for key in ("type", "required", "properties", "additionalProperties"):
+            schema.pop(key)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def make_inputs(text: str = " Hello there, general.", seconds: float = 2.5, end_mono: float | None = None):
+    n = int(seconds * SAMPLE_RATE)
+    segment = SpeechSegment(
+        samples=np.zeros(n, dtype=np.int16),
+        start_sample=16_000,
+        end_sample=16_000 + n,
+        start_utc=T0,
+        end_utc=T0 + dt.timedelta(seconds=seconds),
+        speech_end_mono=time.monotonic() if end_mono is None else end_mono,
+        seq=3,
+    )
+    pieces = (
+        TextSegment(0.0, 1.2, " Hello there,", (1, 2, 3), -0.2, 0.01, 1.1),
+        TextSegment(1.2, 2.4, " general.", (4,), -0.6, 0.02, 1.0),
+    )
+    transcription = Transcription(
+        text=text,
+        segments=pieces,
+        language="en",
+        windows=1,
+        tokens=4,
+        consumed_samples=n,
+        timings_ms={"features": 3.14159, "encoder": 41.0, "decoder": 120.5},
+    )
+    return segment, transcription
+
+
+def make_transcript(**kwargs) -> dict:
+    segment, transcription = make_inputs(**kwargs)
+    draft = msgs.build_transcript(segment, transcription, device_id="kitchen-pi", model="tiny.en", backend="onnx")
+    return msgs.finish(draft, now_mono=segment.speech_end_mono + 0.4321, seq=7)
+
+
+def test_transcript_is_valid_and_carries_the_inputs():
+    message = make_transcript()
+    validator().validate(message)
+    assert uuid.UUID(message["id"]).version == 4
+    assert message["seq"] == 7
+    assert message["text"] == "Hello there, general."
+    assert message["start"] == "2025-03-01T12:00:05.250Z"
+    assert message["end"] == "2025-03-01T12:00:07.750Z"
+    assert message["duration_s"] == 2.5
+    assert message["avg_logprob"] == pytest.approx((-0.2 * 3 - 0.6) / 4, abs=1e-4)
+    assert message["no_speech_prob"] == 0.02
+    assert message["timings_ms"] == {"features": 3.1, "encoder": 41.0, "decoder": 120.5, "total": 164.6}
+    assert message["latency_ms"] == pytest.approx(432.1, abs=0.1)
+    assert not any(key.startswith("_") for key in message)
+
+
+def test_each_transcript_gets_its_own_id():
+    assert make_transcript()["id"] != make_transcript()["id"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.pop("seq"),
+        lambda m: m.update(seq=None),
+        lambda m: m.update(start="2025-03-01T12:00:05Z"),  # no milliseconds
+        lambda m: m.update(end="2025-03-01T12:00:05.250+00:00"),  # not 'Z'
+        lambda m: m.update(id="not-a-uuid"),
+        lambda m: m.update(extra=1),
+        lambda m: m["timings_ms"].pop("total"),
+        lambda m: m.update(device_id="kitchen/pi"),
+    ],
+)
+def test_schema_rejects_broken_transcripts(change):
+    message = copy.deepcopy(make_transcript())
+    change(message)
+    with pytest.raises(jsonschema.ValidationError):
+        validator().validate(message)
+
+
+def test_draft_is_not_publishable_until_finished():
+    segment, transcription = make_inputs()
+    draft = msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b")
+    assert not validator().is_valid(draft)
+
+
+def test_utc_iso_converts_and_rejects_naive_times():
+    plus_one = dt.datetime(2025, 3, 1, 13, 0, 0, 999_999, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert msgs.utc_iso(plus_one) == "2025-03-01T12:00:00.999Z"
+    with pytest.raises(ValueError):
+        msgs.utc_iso(dt.datetime(2025, 3, 1))
+
+
+def test_hermes_text_captured():
+    transcript = make_transcript()
+    hermes = msgs.hermes_text_captured(transcript, site_id="kitchen")
+    validator("hermesTextCaptured").validate(hermes)
+    assert hermes["likelihood"] == pytest.approx(math.exp(transcript["avg_logprob"]), abs=1e-4)
+    assert hermes["seconds"] == pytest.approx(0.1646, abs=1e-3)  # ms precision
+    assert hermes["siteId"] == "kitchen" and "sessionId" not in hermes
+    with_session = msgs.hermes_text_captured(transcript, site_id="kitchen", session_id="s-1")
+    validator("hermesTextCaptured").validate(with_session)
+    assert with_session["sessionId"] == "s-1"
+
+
+def test_status_error_metrics_messages():
+    online = msgs.status_message("online", version=__version__, model="tiny.en", backend="hailo")
+    validator("status").validate(online)
+    validator("status").validate(msgs.status_message("offline"))
+    assert not validator("status").is_valid({"state": "online"})  # online names what runs
+    validator("error").validate(msgs.error_message("encoder timeout", device_id="d1", context="hailo"))
+    metrics = msgs.metrics_message(
+        "d1", {"latency_ms": {"p50": 410.0, "p95": 900.0}, "outbox": {"depth": 0, "evicted": 0, "rejected": 0, "connected": True}}
+    )
+    validator("metrics").validate(metrics)
+    assert not validator("metrics").is_valid(msgs.metrics_message("d1", {}))
+
+
+def test_home_assistant_discovery_config_and_state_template():
+    config = msgs.ha_discovery_config(
+        device_id="kitchen-pi",
+        transcript_topic="edgeasr/kitchen-pi/transcript",
+        status_topic="edgeasr/kitchen-pi/status",
+        version=__version__,
+        model="tiny.en",
+        backend="onnx",
+    )
+    validator("haSensorConfig").validate(config)
+    assert msgs.ha_discovery_topic("homeassistant", "kitchen-pi") == (
+        "homeassistant/sensor/edgeasr_kitchen-pi/transcript/config"
+    )
+    assert config["device"]["identifiers"] == ["edgeasr_kitchen-pi"]
+    # HA renders value_template with Jinja2 and value_json = the transcript
+    long = make_transcript(text="word " * 100)
+    env = jinja2.Environment()
+    state = env.from_string(config["value_template"]).render(value_json=long)
+    assert len(long["text"]) > msgs.HA_STATE_MAX_CHARS and state == long["text"][: msgs.HA_STATE_MAX_CHARS]
+    availability = config["availability"][0]
+    online = msgs.status_message("online", version="1", model="m", backend="b")
+    assert env.from_string(availability["value_template"]).render(value_json=online) == "online"
+    offline = msgs.status_message("offline")
+    assert env.from_string(availability["value_template"]).render(value_json=offline) == "offline"
+
+
+def test_stdout_publisher_writes_one_flushed_line_per_transcript():
+    segment, transcription = make_inputs()
+    stream = io.StringIO()
+    publisher = msgs.StdoutPublisher(stream)
+    for _ in range(3):
+        publisher.publish(msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b"))
+    publisher.close(1.0)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    messages = [json.loads(line) for line in lines]
+    for message in messages:
+        validator().validate(message)
+    assert [m["seq"] for m in messages] == [1, 2, 3]
+
+
+def test_stdout_publisher_seq_survives_restart_through_the_outbox(tmp_path: Path):
+    segment, transcription = make_inputs()
+    seqs = []
+    for _ in range(2):  # two daemon runs
+        outbox = Outbox.in_state_dir(tmp_path, max_items=10)
+        stream = io.StringIO()
+        publisher = msgs.StdoutPublisher(stream, next_seq=outbox.next_seq)
+        for _ in range(2):
+            publisher.publish(msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b"))
+        outbox.close()
+        seqs += [json.loads(line)["seq"] for line in stream.getvalue().splitlines()]
+    assert seqs == [1, 2, 3, 4]
+
+
+def test_stdout_publisher_closed_stream_is_an_output_error():
+    stream = io.StringIO()
+    stream.close()
+    segment, transcription = make_inputs()
+    with pytest.raises(OutputError, match="stdout"):
+        msgs.StdoutPublisher(stream).publish(
+            msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b")
+        )
+
+
+def test_schema_is_shipped_as_package_data():
+    import importlib.resources
+
+    resource = importlib.resources.files("edgeasr").joinpath(msgs.SCHEMA_RESOURCE)
+    assert resource.is_file()
+    schema = json.loads(resource.read_text("utf-8"))
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
