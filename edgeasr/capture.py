@@ -37,7 +37,9 @@ def import_sounddevice() -> ModuleType:
     except ImportError:
         raise ToolMissingError("sounddevice is not installed (pip install sounddevice)") from None
     except OSError as exc:  # sounddevice raises this when libportaudio is missing
-        raise ToolMissingError(f"PortAudio is not installed ({exc}); install libportaudio2") from None
+        raise ToolMissingError(
+            f"PortAudio is not installed ({exc}); install libportaudio2"
+        ) from None
     return sounddevice
 
 
@@ -216,7 +218,9 @@ class MicSource:
         self.samplerate = rate
         self._ring = _Ring(max(1, int(self._ring_s * rate)))  # before the callback can run
         self._resampler = (
-            None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
+            None
+            if rate == SAMPLE_RATE
+            else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
         )
         try:
             stream = sd.InputStream(
@@ -253,13 +257,10 @@ class MicSource:
     def _try_reopen(self) -> bool:
         if time.monotonic() < self._retry_at:
             return False
-        # PortAudio lists devices only when it initialises: re-scan so that a
-        # re-plugged USB microphone can be found again (no public API for this).
-        self._sd._terminate()
-        self._sd._initialize()
         try:
+            self._rescan()
             self._open()
-        except DeviceError as exc:
+        except (DeviceError, self._sd.PortAudioError) as exc:
             self._retry_delay = min(2 * self._retry_delay, self._retry_max_s)
             self._retry_at = time.monotonic() + self._retry_delay
             log.debug("reopen failed (%s); next try in %.1f s", exc, self._retry_delay)
@@ -270,6 +271,15 @@ class MicSource:
         self._lost_reason = None
         log.info("microphone back after %d reopen(s)", self._counters.reopen_count)
         return True
+
+    def _rescan(self) -> None:
+        """PortAudio lists devices only when it initialises: re-initialise it so that a
+        re-plugged USB microphone is found again (sounddevice has no public call)."""
+        terminate = getattr(self._sd, "_terminate", None)
+        initialize = getattr(self._sd, "_initialize", None)
+        if terminate is not None and initialize is not None:
+            terminate()
+            initialize()
 
     # --- the two sides of the ring --------------------------------------------------
 
@@ -284,7 +294,9 @@ class MicSource:
         if index > self._expect:  # blocks were dropped: leave a gap of the same length
             self._produced += round((index - self._expect) * SAMPLE_RATE / self.samplerate)
             if self._resampler is not None:
-                self._resampler = soxr.ResampleStream(self.samplerate, SAMPLE_RATE, 1, dtype="int16")
+                self._resampler = soxr.ResampleStream(
+                    self.samplerate, SAMPLE_RATE, 1, dtype="int16"
+                )
         self._expect = index + len(block)
         samples = block if self._resampler is None else self._resampler.resample_chunk(block)
         self._last_t_mono = t_mono
@@ -317,5 +329,6 @@ def devices_command(args: argparse.Namespace) -> int:
     print(f"{'index':>5}  {'channels':>8}  {'rate':>7}  name")
     for d in devices:
         mark = "  (default)" if d.is_default else ""
-        print(f"{d.index:>5}  {d.channels:>8}  {d.default_samplerate:>7.0f}  {d.name} [{d.hostapi}]{mark}")
+        rate = f"{d.default_samplerate:.0f}"
+        print(f"{d.index:>5}  {d.channels:>8}  {rate:>7}  {d.name} [{d.hostapi}]{mark}")
     return 0

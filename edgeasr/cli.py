@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "edgeasr.bench",
     "edgeasr.models.commands",
     "edgeasr.check",
+    "edgeasr.capture",
 )
 
 log = logging.getLogger(__name__)

@@ -321,7 +321,9 @@ def _build(cls: type, data: Any, prefix: str, paths: _Paths) -> Any:
 
 
 def _value(key: str, value: Any, kind: Any, meta: Mapping[str, Any], paths: _Paths) -> Any:
-    kinds = typing.get_args(kind) if typing.get_origin(kind) in (Union, types.UnionType) else (kind,)
+    kinds = (
+        typing.get_args(kind) if typing.get_origin(kind) in (Union, types.UnionType) else (kind,)
+    )
     if value is None:
         if type(None) in kinds:
             return None
@@ -357,14 +359,22 @@ def _convert(value: Any, kind: Any) -> Any:
     return None
 
 
-_KIND_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
-               Path: "a path", type(None): "null"}
+_KIND_NAMES = {
+    bool: "true/false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    Path: "a path",
+    type(None): "null",
+}
 
 
 def _describe(kinds: tuple[Any, ...], meta: Mapping[str, Any]) -> str:
     rule = meta.get("rule")
-    names = [str(rule) if rule is not None and k is not type(None) and k is not bool
-             else _KIND_NAMES[k] for k in kinds]
+    names = [
+        str(rule) if rule is not None and k is not type(None) and k is not bool else _KIND_NAMES[k]
+        for k in kinds
+    ]
     return " or ".join(dict.fromkeys(names))
 
 
@@ -386,7 +396,7 @@ def _check_inputs(cfg: Config) -> None:
 
 # --- rendering ----------------------------------------------------------------------------
 
-SECRET_WORDS = ("password", "secret", "token")  # never rendered, should such a key appear
+SECRET_KEY = re.compile(r"(\w+_)?(password|secret)")  # never rendered, should one appear
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
@@ -400,7 +410,7 @@ def as_dict(obj: Any) -> dict[str, Any]:
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
             out[f.name] = as_dict(value)
-        elif any(w in f.name for w in SECRET_WORDS) and not f.name.endswith("_file"):
+        elif SECRET_KEY.fullmatch(f.name):
             out[f.name] = None if value is None else "***"
         else:
             out[f.name] = str(value) if isinstance(value, Path) else value

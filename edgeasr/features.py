@@ -57,7 +57,10 @@ class MelSpec:
             # An odd size would give Whisper one frame fewer than n_frames per window.
             raise ModelError(f"mel settings: n_fft must be even, got {self.n_fft}")
         if self.pad >= self.n_samples:
-            raise ModelError(f"mel settings: a window of {self.n_samples} samples is too short for n_fft {self.n_fft}")
+            raise ModelError(
+                f"mel settings: a window of {self.n_samples} samples is too short "
+                f"for n_fft {self.n_fft}"
+            )
 
     @classmethod
     def for_window(
@@ -67,7 +70,8 @@ class MelSpec:
         n_frames = window_s * sample_rate / hop_length
         if not float(n_frames).is_integer():
             raise ModelError(
-                f"mel settings: a {window_s} s window is not a whole number of {hop_length}-sample hops"
+                f"mel settings: a {window_s} s window is not a whole number "
+                f"of {hop_length}-sample hops"
             )
         return cls(sample_rate, n_fft, hop_length, n_mels, int(n_frames))
 
@@ -88,13 +92,15 @@ class MelSpec:
 
 def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
     hz = np.asarray(hz, dtype=np.float64)
-    log_part = _SLANEY_LOG_MEL + np.log(np.maximum(hz, _SLANEY_LOG_HZ) / _SLANEY_LOG_HZ) / _SLANEY_LOG_STEP
+    octaves = np.log(np.maximum(hz, _SLANEY_LOG_HZ) / _SLANEY_LOG_HZ)
+    log_part = _SLANEY_LOG_MEL + octaves / _SLANEY_LOG_STEP
     return np.where(hz >= _SLANEY_LOG_HZ, log_part, hz / _SLANEY_HZ_PER_MEL)
 
 
 def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
     mel = np.asarray(mel, dtype=np.float64)
-    log_part = _SLANEY_LOG_HZ * np.exp(_SLANEY_LOG_STEP * (np.maximum(mel, _SLANEY_LOG_MEL) - _SLANEY_LOG_MEL))
+    above = np.maximum(mel, _SLANEY_LOG_MEL) - _SLANEY_LOG_MEL
+    log_part = _SLANEY_LOG_HZ * np.exp(_SLANEY_LOG_STEP * above)
     return np.where(mel >= _SLANEY_LOG_MEL, log_part, mel * _SLANEY_HZ_PER_MEL)
 
 
@@ -158,7 +164,8 @@ def _zero_padded(audio: np.ndarray, spec: MelSpec) -> np.ndarray:
     """The window's audio, zero-padded to spec.n_samples."""
     if len(audio) > spec.n_samples:
         raise ValueError(
-            f"{len(audio)} samples do not fit a {spec.window_s:g} s window ({spec.n_samples} samples)"
+            f"{len(audio)} samples do not fit a {spec.window_s:g} s window "
+            f"({spec.n_samples} samples)"
         )
     window = np.zeros(spec.n_samples, dtype=np.float32)
     window[: len(audio)] = audio
@@ -176,7 +183,7 @@ def log_mel(audio: np.ndarray, spec: MelSpec) -> np.ndarray:
 
 
 def bands_first(mel: np.ndarray) -> np.ndarray:
-    """[1, 1, n_frames, n_mels] -> [n_mels, n_frames] (contiguous), as Whisper's ONNX encoder takes it."""
+    """[1, 1, n_frames, n_mels] -> contiguous [n_mels, n_frames], the ONNX encoder's layout."""
     if mel.ndim != 4 or mel.shape[:2] != (1, 1):
         raise ValueError(f"expected a [1, 1, n_frames, n_mels] log-mel, got shape {mel.shape}")
     return np.ascontiguousarray(mel[0, 0].T)
@@ -201,7 +208,8 @@ class MelStream:
         self.spec = spec
         self._capacity = self._CAPACITY_WINDOWS * spec.n_samples
         self._audio = np.zeros(self._capacity, dtype=np.float32)
-        self._log_power = np.zeros((self._capacity // spec.hop_length + 1, spec.n_mels), dtype=np.float32)
+        max_frames = self._capacity // spec.hop_length + 1
+        self._log_power = np.zeros((max_frames, spec.n_mels), dtype=np.float32)
         # Frames before `_lead` read the window start's reflect padding: never stored.
         self._lead = -(-spec.pad // spec.hop_length)
         # Frames whose STFT window ends inside the window (the rest read its end padding).
@@ -250,12 +258,14 @@ class MelStream:
         start_sample is released, so later windows cannot start earlier.
         """
         if not self._start <= start_sample <= self.end:
-            raise ValueError(f"window start {start_sample} is outside the audio held [{self._start}, {self.end}]")
+            raise ValueError(
+                f"window start {start_sample} is outside the audio held [{self._start}, {self.end}]"
+            )
         self._advance(start_sample - self._start)
         spec = self.spec
         m = min(self._n, spec.n_samples)
         out = np.empty((spec.n_frames, spec.n_mels), dtype=np.float32)
-        stored = slice(self._lead, max(self._lead, min(self._done, self._inner, spec.n_frames)))
+        stored = slice(self._lead, self._stored_end())
         out[stored] = self._log_power[stored]
         todo = self._todo(m)
         out[stored.stop :] = self._silence
@@ -298,11 +308,16 @@ class MelStream:
         kept_end = self._done - shift // hop
         if shift % hop == 0 and kept_end > self._lead:
             # The frames that now read the new start's reflect padding are dropped.
-            self._log_power[self._lead : kept_end] = self._log_power[self._lead + shift // hop : self._done]
+            moved = self._log_power[self._lead + shift // hop : self._done]
+            self._log_power[self._lead : kept_end] = moved
             self._done = kept_end
         else:
             self._done = self._lead
         self._catch_up()
+
+    def _stored_end(self) -> int:
+        """End of the stored frames that a window at `start` can take as they are."""
+        return max(self._lead, min(self._done, self._inner, self.spec.n_frames))
 
     def _todo(self, m: int) -> np.ndarray:
         """Indices of the frames a window holding m samples must transform here: the
@@ -310,10 +325,10 @@ class MelStream:
         spec = self.spec
         if m == 0:
             return np.empty(0, dtype=np.intp)
-        stored_end = max(self._lead, min(self._done, self._inner, spec.n_frames))
-        tail = np.arange(stored_end, spec.n_frames)
+        tail = np.arange(self._stored_end(), spec.n_frames)
         left = tail * spec.hop_length  # each frame's first sample in the padded window
         # The end's reflect padding mirrors samples from n_samples - 1 - pad on.
         end_pad_silent = m <= spec.n_samples - 1 - spec.pad
-        silent = (left >= spec.pad + m) & (end_pad_silent | (left + spec.n_fft <= spec.pad + spec.n_samples))
+        clear_of_end_pad = left + spec.n_fft <= spec.pad + spec.n_samples
+        silent = (left >= spec.pad + m) & (end_pad_silent | clear_of_end_pad)
         return np.concatenate([np.arange(min(self._lead, spec.n_frames)), tail[~silent]])

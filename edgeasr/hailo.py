@@ -13,10 +13,9 @@ pyhailort/pyhailort.py); the InferModel calls are those of Hailo's own Whisper a
 - With the scheduler (ROUND_ROBIN, needed to share the chip) nothing is activated; with
   scheduling NONE the configured model is activated once and stays active.
 
-HailoRT failures arrive as HailoRTException subclasses whose __cause__ carries the status
-number (_pyhailort.HailoRTStatusException("74")) or whose text names it; they are mapped to
-one-line DeviceError/ModelError messages here, where the context (HEF, device, config key)
-is known.
+HailoRT failures arrive as HailoRTException subclasses (pyhailort's ExceptionWrapper) named
+for their status or naming it in their text; they become one-line DeviceError/ModelError
+messages here, where the context (HEF, device, config key) is known.
 """
 
 from __future__ import annotations
@@ -32,7 +31,14 @@ from pathlib import Path
 import numpy as np
 
 from edgeasr.bundle import Bundle
-from edgeasr.errors import ConfigError, DeviceError, EdgeAsrError, MissingInputError, ModelError, ToolMissingError
+from edgeasr.errors import (
+    ConfigError,
+    DeviceError,
+    EdgeAsrError,
+    MissingInputError,
+    ModelError,
+    ToolMissingError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +46,18 @@ SCHEDULERS = ("round_robin", "none")
 DEV_GLOB = "hailo[0-9]*"  # /dev/hailo0, ... created by the hailo PCIe driver
 
 # HailoRT status names (hailort/libhailort/include/hailo/hailort.h) by what they mean here.
+# fmt: off
 _TIMEOUT = {"HAILO_TIMEOUT"}
 _WRONG_CHIP = {"HAILO_INVALID_HEF", "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE"}  # 26 up to 4.20, 93 from 4.21
-_BAD_HEF = {"HAILO_INVALID_HEF", "HAILO_HEF_NOT_SUPPORTED", "HAILO_HEF_FILE_CORRUPTED", "HAILO_OPEN_FILE_FAILURE"}
+_BAD_HEF = {"HAILO_INVALID_HEF", "HAILO_HEF_NOT_SUPPORTED", "HAILO_HEF_FILE_CORRUPTED",
+            "HAILO_OPEN_FILE_FAILURE"}
 _BUSY = {"HAILO_OUT_OF_PHYSICAL_DEVICES", "HAILO_DEVICE_IN_USE"}
-_DRIVER_MISMATCH = {"HAILO_INVALID_DRIVER_VERSION", "HAILO_DRIVER_INVALID_RESPONSE", "HAILO_DRIVER_INVALID_IOCTL"}
+_DRIVER_MISMATCH = {"HAILO_INVALID_DRIVER_VERSION", "HAILO_DRIVER_INVALID_RESPONSE",
+                    "HAILO_DRIVER_INVALID_IOCTL"}
 _NO_DRIVER = {"HAILO_DRIVER_NOT_INSTALLED", "HAILO_PCIE_DRIVER_NOT_INSTALLED"}
 _NO_SERVICE = {"HAILO_RPC_FAILED", "HAILO_CONNECTION_REFUSED"}
 _SERVICE_MISMATCH = {"HAILO_INVALID_SERVICE_VERSION"}
+# fmt: on
 # Exception classes of pyhailort.py that stand for one status (their text does not name it).
 _CLASS_STATUS = {
     "HailoRTTimeout": "HAILO_TIMEOUT",
@@ -56,6 +66,40 @@ _CLASS_STATUS = {
     "HailoRTNetworkGroupNotActivatedException": "HAILO_NETWORK_GROUP_NOT_ACTIVATED",
     "HailoCommunicationClosedException": "HAILO_COMMUNICATION_CLOSED",
 }
+
+
+class NpuTimeoutError(DeviceError):
+    """HailoRT gave up waiting for the chip (encoder.timeout_ms); the encoder is then closed."""
+
+
+CONFIGURING = "configuring the HEF on the device"
+# (statuses, when: always | group | no group (encoder.service_group set or not), error, message)
+# fmt: off
+_MESSAGES = (
+    (_TIMEOUT, "always", NpuTimeoutError,
+     "the Hailo NPU did not answer within encoder.timeout_ms = {timeout_ms} ms while {stage}{tag}"),
+    (_BAD_HEF, "always", ModelError,
+     "{hef}: HailoRT {version} cannot read this HEF{tag}: it is corrupt, not a HEF, or compiled by a "
+     "Dataflow Compiler newer than this HailoRT"),
+    (_BUSY, "no group", DeviceError,
+     "the Hailo device is busy: another process holds it{tag}; share it by setting encoder.service_group "
+     "(the same group id in every process) with hailort.service running, or stop the other process"),
+    (_BUSY, "group", DeviceError,
+     "no free Hailo device for encoder.service_group {group!r}{tag}: every process sharing the chip must "
+     "use the same group through hailort.service"),
+    (_DRIVER_MISMATCH, "always", DeviceError,
+     "HailoRT {version} and the hailo PCIe driver are different versions{tag}: install the "
+     "hailort-pcie-driver of the same version (dmesg | grep hailo shows the driver's)"),
+    (_SERVICE_MISMATCH, "always", DeviceError,
+     "hailort.service runs another HailoRT version than this process ({version}){tag}: update both"),
+    (_NO_SERVICE, "group", DeviceError,
+     "encoder.service_group is set but hailort.service is not reachable{tag}: "
+     "systemctl enable --now hailort.service"),
+    (_NO_DRIVER, "always", DeviceError,
+     "the hailo PCIe driver is not loaded{tag}: install hailort-pcie-driver and reboot "
+     "(ls /dev/hailo* should list a device)"),
+)
+# fmt: on
 
 
 def _sdk():
@@ -98,26 +142,15 @@ def hailo_available(dev_dir: Path = Path("/dev")) -> bool:
 
 
 def status_name(exc: BaseException) -> str | None:
-    """The HailoRT status behind an exception from hailo_platform, e.g. 'HAILO_TIMEOUT'."""
+    """The HailoRT status behind an exception from hailo_platform, e.g. 'HAILO_TIMEOUT': its
+    class (HailoRTTimeout, ...) or the name in its text ("libhailort failed with error: 74
+    (HAILO_OUT_OF_PHYSICAL_DEVICES)"), along the __cause__ chain."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        name = type(e).__name__
-        if name == "HailoRTStatusException" and e.args:
-            try:
-                code = int(str(e.args[0]).strip())
-            except ValueError:
-                code = None
-            if code is not None:
-                try:
-                    from hailo_platform.pyhailort.pyhailort import get_status_message
-
-                    return str(get_status_message(code))
-                except Exception:  # noqa: BLE001 - fall back to the text of the chain
-                    pass
-        if name in _CLASS_STATUS:
-            return _CLASS_STATUS[name]
+        if type(e).__name__ in _CLASS_STATUS:
+            return _CLASS_STATUS[type(e).__name__]
         match = re.search(r"\b(HAILO_[A-Z0-9_]+)\b", str(e))
         if match and match.group(1) != "HAILO_SUCCESS":
             return match.group(1)
@@ -205,15 +238,23 @@ class HailoEncoder:
 
     backend = "hailo"
 
-    def __init__(self, hef_path: Path, bundle: Bundle, timeout_ms: int = 2000,
-                 scheduler: str = "round_robin", service_group: str | None = None) -> None:
+    def __init__(
+        self,
+        hef_path: Path,
+        bundle: Bundle,
+        timeout_ms: int = 2000,
+        scheduler: str = "round_robin",
+        service_group: str | None = None,
+    ) -> None:
         if scheduler not in SCHEDULERS:
             raise ConfigError(f"encoder.scheduler: {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         if int(timeout_ms) < 1:
             raise ConfigError(f"encoder.timeout_ms: must be at least 1, got {timeout_ms}")
         if service_group and scheduler == "none":
-            raise ConfigError("encoder.service_group needs encoder.scheduler: round_robin "
-                              "(hailort.service shares the chip through its scheduler)")
+            raise ConfigError(
+                "encoder.service_group needs encoder.scheduler: round_robin "
+                "(hailort.service shares the chip through its scheduler)"
+            )
         self.hef_path = Path(hef_path)
         if not self.hef_path.is_file():
             raise MissingInputError(f"encoder.hef: {self.hef_path} does not exist")
@@ -223,15 +264,21 @@ class HailoEncoder:
         self._want = _expected(bundle, self.hef_path)
         self._hp = _sdk()
         self._lock = threading.Lock()
-        self._stack = ExitStack()
+        self._stack: ExitStack | None = ExitStack()
+        self._closed_why = ""
         try:
             self._open()
         except BaseException:
             self._stack.close()
             raise
-        log.info("Hailo encoder ready: %s (HailoRT %s, %s, scheduler %s%s)", self.hef_path,
-                 getattr(self._hp, "__version__", "?"), self.api, scheduler,
-                 f", group {service_group}" if service_group else "")
+        log.info(
+            "Hailo encoder ready: %s (HailoRT %s, %s, scheduler %s%s)",
+            self.hef_path,
+            getattr(self._hp, "__version__", "?"),
+            self.api,
+            scheduler,
+            f", group {service_group}" if service_group else "",
+        )
 
     # -- set-up ---------------------------------------------------------------------------
     def _open(self) -> None:
@@ -247,7 +294,7 @@ class HailoEncoder:
                 )
         with self._errors("opening the Hailo device"):
             vdevice = self._stack.enter_context(hp.VDevice(self._vdevice_params()))
-        with self._errors("configuring the HEF on the device"):
+        with self._errors(CONFIGURING):
             if hasattr(vdevice, "create_infer_model"):
                 self._infer = self._open_infer_model(vdevice)
                 self.api = "InferModel"
@@ -294,10 +341,12 @@ class HailoEncoder:
         hp = self._hp
         params = hp.ConfigureParams.create_from_hef(hef=hef, interface=hp.HailoStreamInterface.PCIe)
         group = vdevice.configure(hef, params)[0]
-        in_params = hp.InputVStreamParams.make(group, format_type=hp.FormatType.FLOAT32,
-                                               timeout_ms=self.timeout_ms)
-        out_params = hp.OutputVStreamParams.make(group, format_type=hp.FormatType.FLOAT32,
-                                                 timeout_ms=self.timeout_ms)
+        in_params = hp.InputVStreamParams.make(
+            group, format_type=hp.FormatType.FLOAT32, timeout_ms=self.timeout_ms
+        )
+        out_params = hp.OutputVStreamParams.make(
+            group, format_type=hp.FormatType.FLOAT32, timeout_ms=self.timeout_ms
+        )
         pipeline = self._stack.enter_context(hp.InferVStreams(group, in_params, out_params))
         if self.scheduler == "none":
             self._stack.enter_context(group.activate(group.create_params()))
@@ -311,22 +360,32 @@ class HailoEncoder:
 
     # -- inference ------------------------------------------------------------------------
     def encode(self, mel: np.ndarray) -> np.ndarray:
-        want = (1, 1, self._want.input_hwc[1], self._want.input_hwc[2])
+        want = (1, 1, *self._want.input_hwc[1:])
         if mel.shape != want:
             raise ValueError(f"expected a log-mel of shape {want}, got {mel.shape}")
         with self._lock:
             if self._stack is None:
-                raise DeviceError("the Hailo encoder is closed")
-            with self._errors("running the encoder"):
-                out = self._infer(np.ascontiguousarray(mel, dtype=np.float32))
-            # HailoRT hands back the vstream layout ((1, T, d) or, via vstreams, (1, 1, T, d)).
+                raise DeviceError(f"the Hailo encoder is closed{self._closed_why}")
+            try:
+                with self._errors("running the encoder"):
+                    out = self._infer(np.ascontiguousarray(mel, dtype=np.float32))
+            except NpuTimeoutError:
+                # The late job may still write into our buffers: let go of the chip; the
+                # caller reopens (a new HailoEncoder) or restarts.
+                self._closed_why = " (after a HailoRT timeout)"
+                self._close_locked()
+                raise
+            # HailoRT hands back the vstream layout: (1, T, d), or (1, 1, T, d) via vstreams.
             return np.array(out, dtype=np.float32).reshape(1, self._want.positions, self._want.d_model)
 
     def close(self) -> None:
         with self._lock:
-            if self._stack is not None:
-                stack, self._stack = self._stack, None
-                stack.close()
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
 
     def __enter__(self) -> HailoEncoder:
         return self
@@ -341,49 +400,33 @@ class HailoEncoder:
     def translate(self, exc: Exception, stage: str) -> EdgeAsrError:
         """A one-line error for a HailoRT failure during `stage`."""
         status = status_name(exc)
-        hef, version = self.hef_path, getattr(self._hp, "__version__", "?")
         tag = f" ({status})" if status else f" ({exc})"
-        if status in _TIMEOUT:
-            return DeviceError(f"the Hailo NPU did not answer within encoder.timeout_ms = "
-                               f"{self.timeout_ms} ms while {stage}{tag}")
-        if status in _WRONG_CHIP and stage == "configuring the HEF on the device":
+        if status in _WRONG_CHIP and stage == CONFIGURING:
             return DeviceError(self._wrong_chip_message(tag))
-        if status in _BAD_HEF:
-            return ModelError(f"{hef}: HailoRT {version} cannot read this HEF{tag}: it is corrupt, "
-                              "not a HEF, or compiled by a Dataflow Compiler newer than this HailoRT")
-        if status in _BUSY:
-            if self.service_group:
-                return DeviceError(
-                    f"no free Hailo device for encoder.service_group {self.service_group!r}{tag}: "
-                    "every process sharing the chip must use the same group through hailort.service"
+        group = self.service_group
+        for statuses, when, cls, template in _MESSAGES:
+            if status in statuses and when in ("always", "group" if group else "no group"):
+                return cls(
+                    template.format(
+                        hef=self.hef_path,
+                        version=getattr(self._hp, "__version__", "?"),
+                        tag=tag,
+                        stage=stage,
+                        timeout_ms=self.timeout_ms,
+                        group=group,
+                    )
                 )
-            return DeviceError(
-                f"the Hailo device is busy: another process holds it{tag}; share it by setting "
-                "encoder.service_group (the same group id in every process) with hailort.service "
-                "running, or stop the other process"
-            )
-        if status in _DRIVER_MISMATCH:
-            return DeviceError(f"HailoRT {version} and the hailo PCIe driver are different versions"
-                               f"{tag}: install the hailort-pcie-driver of the same version "
-                               "(dmesg | grep hailo shows the driver's)")
-        if status in _SERVICE_MISMATCH:
-            return DeviceError(f"hailort.service runs another HailoRT version than this process "
-                               f"({version}){tag}: update both to one version")
-        if status in _NO_SERVICE and self.service_group:
-            return DeviceError(f"encoder.service_group is set but hailort.service is not reachable"
-                               f"{tag}: systemctl enable --now hailort.service")
-        if status in _NO_DRIVER:
-            return DeviceError(f"the hailo PCIe driver is not loaded{tag}: install hailort-pcie-driver "
-                               "and reboot (ls /dev/hailo* should list a device)")
-        return DeviceError(f"HailoRT {version} failed while {stage}{tag}")
+        return DeviceError(f"HailoRT {getattr(self._hp, '__version__', '?')} failed while {stage}{tag}")
 
     def _wrong_chip_message(self, tag: str) -> str:
         self._stack.close()  # let go of the device before asking it what it is
         device = _device_arch(self._hp)
         built = self._want.arch or "another Hailo chip"
-        return (f"{self.hef_path}: HEF was compiled for {built} but the device is "
-                f"{device or 'a different chip'}{tag}; compile it with `edgeasr models compile-hef "
-                f"BUNDLE --arch {device or 'hailo8|hailo8l'}`")
+        return (
+            f"{self.hef_path}: HEF was compiled for {built} but the device is "
+            f"{device or 'a different chip'}{tag}; compile it with `edgeasr models compile-hef "
+            f"BUNDLE --arch {device or 'hailo8|hailo8l'}`"
+        )
 
 
 class _Translate:
@@ -414,4 +457,3 @@ def _device_arch(hp) -> str | None:
     except Exception as exc:  # noqa: BLE001 - only improves an error message
         log.debug("cannot identify the Hailo device: %s", exc)
         return None
-

@@ -26,7 +26,6 @@ GRAPH_ROLE = "hailo_decoder"
 EMBEDDING_ROLE = "hailo_decoder_embedding"
 FEATURES_INPUT = "encoder_hidden_states"  # [1, T, d]: the encoder HEF's output (input_layer1)
 EMBEDDINGS_INPUT = "token_embeddings"  # [1, 1, L, d]: host-side lookup (input_layer2)
-LOGITS_AXIS = 2  # the split vocabulary outputs [1, L, V_i] join here
 PAD_TOKEN = 0  # fills the unused tail of the sequence; the causal mask hides it
 
 
@@ -151,7 +150,8 @@ class FullNpuReferenceDecoder:
         t1 = time.monotonic()
         outputs = self.session.run(None, {FEATURES_INPUT: feats, EMBEDDINGS_INPUT: embeddings})
         t2 = time.monotonic()
-        logits = np.concatenate(outputs, axis=LOGITS_AXIS)[0, pos].copy()
+        # the vocabulary parts ([1, L, V_i], joined on axis 2) at the one position read
+        logits = np.concatenate([o[0, pos] for o in outputs])
         for rule in self.rules:
             rule.apply(logits, generated)
         token = int(np.argmax(logits))

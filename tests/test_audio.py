@@ -48,7 +48,8 @@ def test_stereo_flac_at_44k1_is_averaged_and_resampled(tmp_path: Path) -> None:
     other = np.pad(other, (0, len(speech) - len(other)))
     stereo = np.stack([speech + 0.3 * other, speech - 0.3 * other], axis=1)
     path = tmp_path / "jfk-44k1-stereo.flac"
-    sf.write(path, soxr.resample(stereo, MODEL_RATE, 44_100, quality="VHQ"), 44_100, subtype="PCM_24")
+    stereo_44k1 = soxr.resample(stereo, MODEL_RATE, 44_100, quality="VHQ")
+    sf.write(path, stereo_44k1, 44_100, subtype="PCM_24")
     assert sf.info(path).channels == 2 and sf.info(path).samplerate == 44_100
 
     audio = load_audio(path, MODEL_RATE)
@@ -61,7 +62,8 @@ def test_stereo_flac_at_44k1_is_averaged_and_resampled(tmp_path: Path) -> None:
 def test_ogg_vorbis_at_48k(tmp_path: Path) -> None:
     speech = original()
     path = tmp_path / "jfk-48k.ogg"
-    sf.write(path, soxr.resample(speech, MODEL_RATE, 48_000, quality="VHQ"), 48_000, format="OGG", subtype="VORBIS")
+    speech_48k = soxr.resample(speech, MODEL_RATE, 48_000, quality="VHQ")
+    sf.write(path, speech_48k, 48_000, format="OGG", subtype="VORBIS")
     audio = load_audio(path, MODEL_RATE)
     assert abs(len(audio) - len(speech)) <= 1
     assert correlation(audio, speech) > 0.99  # Vorbis is lossy
@@ -88,7 +90,8 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
 def test_corrupt_file_names_file_and_reason(tmp_path: Path, content, reason: str) -> None:
     path = tmp_path / "broken.wav"
     path.write_bytes(content(SPEECH.read_bytes()))
-    with pytest.raises(AudioError, match=rf"{re.escape(str(path))} cannot be decoded: .*{reason}") as err:
+    expected = rf"{re.escape(str(path))} cannot be decoded: .*{reason}"
+    with pytest.raises(AudioError, match=expected) as err:
         load_audio(path, MODEL_RATE)
     assert err.value.exit_code == 65
 

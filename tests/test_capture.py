@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
-
 from alsa_fixtures import DEV, VirtualMics, finish_child, json_lines, start_child, wait_ready
+
 from edgeasr.sources import to_int16
 
 CLIP = DEV / "audio" / "ls_test-other_1688-142285-0002.wav"  # 2.8 s of speech
@@ -74,23 +74,35 @@ print(json.dumps({"found": found, "errors": errors}))
 """
 
 REOPEN_CHILD = r"""
-import json, time
+import json, os, time
+from pathlib import Path
 from edgeasr.capture import MicSource
-mic = MicSource("fifomic", 16000, 30, 2.0, retry_min_s=0.2)
+asoundrc = Path(os.environ["XDG_CONFIG_HOME"]) / "alsa" / "asoundrc"
+mic = MicSource("fifomic", 16000, 30, 2.0, retry_min_s=0.1)
 print("ready", flush=True)
 before_end = 0
 while before_end < 8000:
     chunk = mic.read(5.0)
     before_end = chunk.start_sample + len(chunk.samples)
-mic._stream.abort()  # the PortAudio stream dies, as it does when a USB microphone goes away
-statuses, after = [], None
+# the device goes away: its stream dies (as PortAudio's does when a USB microphone is
+# unplugged) and it is gone from ALSA's device list
+asoundrc.rename(asoundrc.with_suffix(".unplugged"))
+mic._stream.abort()
+gone = []
+deadline = time.monotonic() + 1.0
+while time.monotonic() < deadline:
+    gone.append(mic.read(0.1))
+lost_status, lost_counters = mic.status, vars(mic.counters)
+asoundrc.with_suffix(".unplugged").rename(asoundrc)  # plugged in again
+after = None
 deadline = time.monotonic() + 20
 while time.monotonic() < deadline and after is None:
     chunk = mic.read(0.1)
-    statuses.append(mic.status)
     if chunk is not None and mic.counters.reopen_count:
         after = chunk.start_sample
-print(json.dumps({"statuses": sorted(set(statuses)), "before_end": before_end, "after": after,
+print(json.dumps({"lost_status": lost_status, "lost_counters": lost_counters,
+                  "none_while_gone": sum(c is None for c in gone[-5:]),
+                  "status": mic.status, "before_end": before_end, "after": after,
                   "counters": vars(mic.counters)}), flush=True)
 mic.close()
 """
@@ -193,15 +205,18 @@ def test_no_devices_exits_69_with_one_line(tmp_path):
     assert "Traceback" not in err
 
 
-def test_lost_stream_is_reopened_with_status(mics, tmp_path):
+def test_lost_device_is_reopened_with_backoff_and_status(mics, tmp_path):
     proc = start_child(REOPEN_CHILD, [], mics.env)
     wait_ready(proc)
     mics.feed("fifomic", clip(), 16000, 480)
     code, out, err = finish_child(proc)
     assert code == 0, err
     report = json_lines(out)[0]
-    assert any(s.startswith("microphone lost") for s in report["statuses"]), report
+    assert report["lost_status"] == "microphone lost (the input stream stopped); retrying"
+    assert report["lost_counters"]["reopen_count"] == 0  # not while it is unplugged
+    assert report["none_while_gone"] == 5
     assert report["counters"]["reopen_count"] == 1
+    assert report["status"] == "capturing from fifomic at 16000 Hz"
     assert report["after"] is not None
     assert report["after"] > report["before_end"]  # the outage is a gap in the stream
 

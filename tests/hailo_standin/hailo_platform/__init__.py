@@ -38,7 +38,20 @@ if _pyhailort.__version__ != __version__:
     )
 
 __all__ = [
-    "HEF", "ConfigureParams", "FormatType", "FormatOrder", "HailoStreamInterface", "InputVStreamParams",
-    "OutputVStreamParams", "InferVStreams", "HailoStreamDirection", "Device", "VDevice", "HailoRTException",
-    "HailoSchedulingAlgorithm", "HailoRTStreamAbortedByUser", "AsyncInferJob", "HailoCommunicationClosedException",
+    "HEF",
+    "ConfigureParams",
+    "FormatType",
+    "FormatOrder",
+    "HailoStreamInterface",
+    "InputVStreamParams",
+    "OutputVStreamParams",
+    "InferVStreams",
+    "HailoStreamDirection",
+    "Device",
+    "VDevice",
+    "HailoRTException",
+    "HailoSchedulingAlgorithm",
+    "HailoRTStreamAbortedByUser",
+    "AsyncInferJob",
+    "HailoCommunicationClosedException",
 ]

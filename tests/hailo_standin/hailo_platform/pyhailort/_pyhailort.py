@@ -52,15 +52,33 @@ __version__ = os.environ.get("HAILO_STANDIN_LIB_VERSION", standin_version())
 
 # hailort.h HAILO_STATUS__X list (v4.23.0), the statuses the stand-in can produce or a caller may see.
 _STATUS = {
-    0: "HAILO_SUCCESS", 1: "HAILO_UNINITIALIZED", 2: "HAILO_INVALID_ARGUMENT",
-    3: "HAILO_OUT_OF_HOST_MEMORY", 4: "HAILO_TIMEOUT", 6: "HAILO_INVALID_OPERATION",
-    8: "HAILO_INTERNAL_FAILURE", 13: "HAILO_OPEN_FILE_FAILURE", 26: "HAILO_INVALID_HEF",
-    36: "HAILO_DRIVER_OPERATION_FAILED", 61: "HAILO_NOT_FOUND", 62: "HAILO_COMMUNICATION_CLOSED",
-    63: "HAILO_STREAM_ABORT", 64: "HAILO_DRIVER_NOT_INSTALLED", 69: "HAILO_NETWORK_GROUP_NOT_ACTIVATED",
-    73: "HAILO_DEVICE_IN_USE", 74: "HAILO_OUT_OF_PHYSICAL_DEVICES", 75: "HAILO_INVALID_DEVICE_ARCHITECTURE",
-    76: "HAILO_INVALID_DRIVER_VERSION", 77: "HAILO_RPC_FAILED", 78: "HAILO_INVALID_SERVICE_VERSION",
-    79: "HAILO_NOT_SUPPORTED", 85: "HAILO_DRIVER_INVALID_RESPONSE", 86: "HAILO_DRIVER_INVALID_IOCTL",
-    89: "HAILO_CONNECTION_REFUSED", 91: "HAILO_HEF_FILE_CORRUPTED", 92: "HAILO_HEF_NOT_SUPPORTED",
+    0: "HAILO_SUCCESS",
+    1: "HAILO_UNINITIALIZED",
+    2: "HAILO_INVALID_ARGUMENT",
+    3: "HAILO_OUT_OF_HOST_MEMORY",
+    4: "HAILO_TIMEOUT",
+    6: "HAILO_INVALID_OPERATION",
+    8: "HAILO_INTERNAL_FAILURE",
+    13: "HAILO_OPEN_FILE_FAILURE",
+    26: "HAILO_INVALID_HEF",
+    36: "HAILO_DRIVER_OPERATION_FAILED",
+    61: "HAILO_NOT_FOUND",
+    62: "HAILO_COMMUNICATION_CLOSED",
+    63: "HAILO_STREAM_ABORT",
+    64: "HAILO_DRIVER_NOT_INSTALLED",
+    69: "HAILO_NETWORK_GROUP_NOT_ACTIVATED",
+    73: "HAILO_DEVICE_IN_USE",
+    74: "HAILO_OUT_OF_PHYSICAL_DEVICES",
+    75: "HAILO_INVALID_DEVICE_ARCHITECTURE",
+    76: "HAILO_INVALID_DRIVER_VERSION",
+    77: "HAILO_RPC_FAILED",
+    78: "HAILO_INVALID_SERVICE_VERSION",
+    79: "HAILO_NOT_SUPPORTED",
+    85: "HAILO_DRIVER_INVALID_RESPONSE",
+    86: "HAILO_DRIVER_INVALID_IOCTL",
+    89: "HAILO_CONNECTION_REFUSED",
+    91: "HAILO_HEF_FILE_CORRUPTED",
+    92: "HAILO_HEF_NOT_SUPPORTED",
     93: "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE",
 }
 _CODE = {name: code for code, name in _STATUS.items()}
@@ -142,7 +160,13 @@ class VStreamInfo:
     def __init__(self, name: str, network_name: str, direction: StreamDirection, shape: list[int]) -> None:
         self.name, self.network_name, self.direction = name, network_name, direction
         self._shape = tuple(int(d) for d in shape)
-        order = FormatOrder.NC if len(self._shape) == 1 else FormatOrder.NHW if len(self._shape) == 2 else FormatOrder.NHWC
+        order = (
+            FormatOrder.NC
+            if len(self._shape) == 1
+            else FormatOrder.NHW
+            if len(self._shape) == 2
+            else FormatOrder.NHWC
+        )
         # A compiled HEF's native vstream format is quantized (UINT8 here).
         self.format = Format(FormatType.UINT8, order)
         self.quant_info = QuantInfo()
@@ -167,7 +191,10 @@ def _devices() -> list[tuple[str, str]]:
 
 
 def _lock_dir() -> Path:
-    d = Path(os.environ.get("HAILO_STANDIN_LOCK_DIR") or Path(tempfile.gettempdir()) / f"hailo-standin-{os.getuid()}")
+    d = Path(
+        os.environ.get("HAILO_STANDIN_LOCK_DIR")
+        or Path(tempfile.gettempdir()) / f"hailo-standin-{os.getuid()}"
+    )
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -178,7 +205,11 @@ def _latency_s() -> float:
 
 def _wrong_chip_status() -> str:
     # HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE appeared in 4.21 (device_internal.cpp check_hef_is_compatible).
-    return "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE" if version_tuple(standin_version()) >= (4, 21) else "HAILO_INVALID_HEF"
+    return (
+        "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE"
+        if version_tuple(standin_version()) >= (4, 21)
+        else "HAILO_INVALID_HEF"
+    )
 
 
 def _hef_fits(device_arch: str, hef_arch: str) -> bool:
@@ -198,10 +229,18 @@ class Hef:
         self.arch = meta["arch"]
         self.network_group = meta["network_group"]
         self.onnx = (base / meta["onnx"]).resolve()
-        self._in = [VStreamInfo(v["name"], f"{self.network_group}/{self.network_group}", StreamDirection.H2D, v["shape"])
-                    for v in meta["inputs"]]
-        self._out = [VStreamInfo(v["name"], f"{self.network_group}/{self.network_group}", StreamDirection.D2H, v["shape"])
-                     for v in meta["outputs"]]
+        self._in = [
+            VStreamInfo(
+                v["name"], f"{self.network_group}/{self.network_group}", StreamDirection.H2D, v["shape"]
+            )
+            for v in meta["inputs"]
+        ]
+        self._out = [
+            VStreamInfo(
+                v["name"], f"{self.network_group}/{self.network_group}", StreamDirection.D2H, v["shape"]
+            )
+            for v in meta["outputs"]
+        ]
         self.onnx_names = {v["name"]: v["onnx_name"] for v in meta["inputs"] + meta["outputs"]}
 
     @staticmethod
@@ -221,7 +260,7 @@ class Hef:
         if not data.startswith(HEF_MAGIC):
             _fail("HAILO_HEF_NOT_SUPPORTED")  # hef.cpp: bad header magic
         try:
-            meta = json.loads(data[len(HEF_MAGIC):])
+            meta = json.loads(data[len(HEF_MAGIC) :])
             if meta.get("format") != HEF_FORMAT:
                 _fail("HAILO_HEF_NOT_SUPPORTED")
             hef = Hef(meta, base)
@@ -291,7 +330,7 @@ def _run_frame(hef: Hef, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         feeds[inp.name] = np.ascontiguousarray(inputs[vname], dtype=np.float32).reshape(inp.shape)
     wanted = [v.name for v in hef._out]
     results = sess.run([hef.onnx_names[n] for n in wanted], feeds)
-    return {n: r.reshape(v.shape) for n, r, v in zip(wanted, results, hef._out)}
+    return {n: r.reshape(v.shape) for n, r, v in zip(wanted, results, hef._out, strict=True)}
 
 
 def _simulate_latency(timeout_s: float | None) -> None:
@@ -351,8 +390,13 @@ class _Identity:
 class VDeviceParams:
     """hailo_vdevice_params_t wrapper; setters check types as pybind11 does."""
 
-    _TYPES = {"scheduling_algorithm": SchedulingAlgorithm, "group_id": str, "multi_process_service": bool,
-              "device_count": int, "device_ids": list}
+    _TYPES = {
+        "scheduling_algorithm": SchedulingAlgorithm,
+        "group_id": str,
+        "multi_process_service": bool,
+        "device_count": int,
+        "device_ids": list,
+    }
 
     def __init__(self) -> None:
         object.__setattr__(self, "device_count", 1)
@@ -480,10 +524,14 @@ class ConfiguredNetworkGroup:
     def get_sorted_output_names(self) -> list[str]:
         return self.hef.get_sorted_output_names("")
 
-    def make_input_vstream_params(self, name: str, format_type: FormatType, timeout_ms: int, queue_size: int) -> dict:
+    def make_input_vstream_params(
+        self, name: str, format_type: FormatType, timeout_ms: int, queue_size: int
+    ) -> dict:
         return {v.name: VStreamParams(v, format_type, timeout_ms, queue_size) for v in self.hef._in}
 
-    def make_output_vstream_params(self, name: str, format_type: FormatType, timeout_ms: int, queue_size: int) -> dict:
+    def make_output_vstream_params(
+        self, name: str, format_type: FormatType, timeout_ms: int, queue_size: int
+    ) -> dict:
         return {v.name: VStreamParams(v, format_type, timeout_ms, queue_size) for v in self.hef._out}
 
 

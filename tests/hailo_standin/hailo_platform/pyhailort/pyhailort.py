@@ -96,19 +96,37 @@ def get_status_message(status_code):
 
 # Statuses with their own exception class in 4.23 (ExceptionWrapper.create_exception_from_status).
 _BY_STATUS = {
-    "HAILO_TIMEOUT": (HailoRTTimeout, "Received a timeout - hailort has failed because a timeout had occurred"),
+    "HAILO_TIMEOUT": (
+        HailoRTTimeout,
+        "Received a timeout - hailort has failed because a timeout had occurred",
+    ),
     "HAILO_STREAM_ABORT": (HailoRTStreamAborted, "Stream was aborted"),
-    "HAILO_INVALID_OPERATION": (HailoRTInvalidOperationException, "Invalid operation. See hailort.log for more information"),
-    "HAILO_INVALID_ARGUMENT": (HailoRTInvalidArgumentException, "Invalid argument. See hailort.log for more information"),
+    "HAILO_INVALID_OPERATION": (
+        HailoRTInvalidOperationException,
+        "Invalid operation. See hailort.log for more information",
+    ),
+    "HAILO_INVALID_ARGUMENT": (
+        HailoRTInvalidArgumentException,
+        "Invalid argument. See hailort.log for more information",
+    ),
     "HAILO_NOT_FOUND": (HailoRTNotFoundException, "Item not found. See hailort.log for more information"),
     "HAILO_INVALID_HEF": (HailoRTInvalidHEFException, "Invalid HEF. See hailort.log for more information"),
-    "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE": (HailoRTHEFNotCompatibleWithDevice,
-                                             "HEF file is not compatible with device. See hailort.log for more information"),
-    "HAILO_DRIVER_OPERATION_FAILED": (HailoRTDriverOperationFailedException,
-                                      "Failure in hailort driver ioctl. run 'dmesg | grep hailo' for more information"),
-    "HAILO_COMMUNICATION_CLOSED": (HailoCommunicationClosedException,
-                                   "Communication closed failure. Check server-client connection"),
-    "HAILO_NETWORK_GROUP_NOT_ACTIVATED": (HailoRTNetworkGroupNotActivatedException, "Network group is not activated"),
+    "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE": (
+        HailoRTHEFNotCompatibleWithDevice,
+        "HEF file is not compatible with device. See hailort.log for more information",
+    ),
+    "HAILO_DRIVER_OPERATION_FAILED": (
+        HailoRTDriverOperationFailedException,
+        "Failure in hailort driver ioctl. run 'dmesg | grep hailo' for more information",
+    ),
+    "HAILO_COMMUNICATION_CLOSED": (
+        HailoCommunicationClosedException,
+        "Communication closed failure. Check server-client connection",
+    ),
+    "HAILO_NETWORK_GROUP_NOT_ACTIVATED": (
+        HailoRTNetworkGroupNotActivatedException,
+        "Network group is not activated",
+    ),
 }
 
 
@@ -251,29 +269,51 @@ def _make_vstream_params(maker, configured_network, format_type, timeout_ms, que
     queue_size = DEFAULT_VSTREAM_QUEUE_SIZE if queue_size is None else queue_size
     with ExceptionWrapper():
         return getattr(configured_network._configured_network, maker)(
-            network_name or "", format_type, timeout_ms, queue_size)
+            network_name or "", format_type, timeout_ms, queue_size
+        )
 
 
 class InputVStreamParams:
     @staticmethod
-    def make(configured_network, quantized=None, format_type=None, timeout_ms=None, queue_size=None,
-             network_name=None):
-        return _make_vstream_params("make_input_vstream_params", configured_network, format_type,
-                                    timeout_ms, queue_size, network_name)
+    def make(
+        configured_network,
+        quantized=None,
+        format_type=None,
+        timeout_ms=None,
+        queue_size=None,
+        network_name=None,
+    ):
+        return _make_vstream_params(
+            "make_input_vstream_params", configured_network, format_type, timeout_ms, queue_size, network_name
+        )
 
 
 class OutputVStreamParams:
     @staticmethod
-    def make(configured_network, quantized=None, format_type=None, timeout_ms=None, queue_size=None,
-             network_name=None):
-        return _make_vstream_params("make_output_vstream_params", configured_network, format_type,
-                                    timeout_ms, queue_size, network_name)
+    def make(
+        configured_network,
+        quantized=None,
+        format_type=None,
+        timeout_ms=None,
+        queue_size=None,
+        network_name=None,
+    ):
+        return _make_vstream_params(
+            "make_output_vstream_params",
+            configured_network,
+            format_type,
+            timeout_ms,
+            queue_size,
+            network_name,
+        )
 
 
 class InferVStreams:
     """Blocking inference pipeline; infer() returns {output name: [batch, *vstream shape]}."""
 
-    def __init__(self, configured_net_group, input_vstreams_params, output_vstreams_params, tf_nms_format=False):
+    def __init__(
+        self, configured_net_group, input_vstreams_params, output_vstreams_params, tf_nms_format=False
+    ):
         self._configured_net_group = configured_net_group
         self._input_vstreams_params = input_vstreams_params
         self._output_vstreams_params = output_vstreams_params
@@ -282,8 +322,10 @@ class InferVStreams:
     def __enter__(self):
         with ExceptionWrapper():
             self._infer_pipeline = _pyhailort.InferVStreams(
-                self._configured_net_group._configured_network, self._input_vstreams_params,
-                self._output_vstreams_params)
+                self._configured_net_group._configured_network,
+                self._input_vstreams_params,
+                self._output_vstreams_params,
+            )
         return self
 
     def __exit__(self, *args):
@@ -307,8 +349,10 @@ class InferVStreams:
         for name, data in list(input_data.items()):
             fmt = self._input_vstreams_params[name].user_buffer_format
             if data.dtype.itemsize != _pyhailort.get_format_data_bytes(fmt):
-                raise HailoRTException(f"{name} numpy array item size is {data.dtype.itemsize}, "
-                                       f"not {_pyhailort.get_format_data_bytes(fmt)}")
+                raise HailoRTException(
+                    f"{name} numpy array item size is {data.dtype.itemsize}, "
+                    f"not {_pyhailort.get_format_data_bytes(fmt)}"
+                )
             if not data.flags.c_contiguous:
                 input_data[name] = numpy.asarray(data, order="C")
         with ExceptionWrapper():
@@ -333,7 +377,11 @@ class DeviceArchitectureTypes(IntEnum):
 class BoardInformation:
     def __init__(self, identity):
         self.protocol_version = identity.protocol_version
-        self.firmware_version = (identity.fw_version.major, identity.fw_version.minor, identity.fw_version.revision)
+        self.firmware_version = (
+            identity.fw_version.major,
+            identity.fw_version.minor,
+            identity.fw_version.revision,
+        )
         self.logger_version = identity.logger_version
         self.board_name = identity.board_name
         self.is_release = identity.is_release
@@ -576,7 +624,9 @@ class ConfiguredInferModel:
 
     def wait_for_async_ready(self, timeout_ms=1000, frames_count=1):
         with ExceptionWrapper():
-            self._configured_infer_model.wait_for_async_ready(timedelta(milliseconds=timeout_ms), frames_count)
+            self._configured_infer_model.wait_for_async_ready(
+                timedelta(milliseconds=timeout_ms), frames_count
+            )
 
     def run(self, bindings, timeout):
         """Synchronous: run_async(bindings).wait(timeout); HailoRTTimeout when it takes longer."""
@@ -696,11 +746,13 @@ class VDevice:
 
 # The InferModel API appeared in 4.18; its 2nd parameter was renamed network_name -> name in 4.20.
 if _VERSION >= (4, 20):
+
     def _create_infer_model_420(self, hef_source, name=""):
         return self._create_infer_model(hef_source, name)
 
     VDevice.create_infer_model = _create_infer_model_420
 elif _VERSION >= (4, 18):
+
     def _create_infer_model_418(self, hef_source, network_name=""):
         return self._create_infer_model(hef_source, network_name)
 

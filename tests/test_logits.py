@@ -1,0 +1,90 @@
+"""Each logit rule on a small vocabulary: text 0..9, eot 10, specials 11..19, timestamps 20..29."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeasr.bundle import Tokens
+from edgeasr.logits import EosBoost, RepetitionPenalty, SuppressBlank, SuppressTokens, TimestampRules
+
+TOK = Tokens(eot=10, sot=11, translate=12, transcribe=13, sot_lm=14, sot_prev=15, no_speech=16,
+             no_timestamps=19, timestamp_begin=20, blank=3, languages={})
+V = 30
+
+
+def flat() -> np.ndarray:
+    return np.zeros(V, np.float32)
+
+
+def allowed(logits: np.ndarray) -> set[int]:
+    return set(np.flatnonzero(np.isfinite(logits)).tolist())
+
+
+def test_suppress_tokens():
+    x = flat()
+    SuppressTokens([1, 5, 16]).apply(x, [])
+    assert allowed(x) == set(range(V)) - {1, 5, 16}
+
+
+def test_suppress_blank_only_before_text():
+    rule = SuppressBlank(TOK.blank, TOK.eot)
+    first, after_ts, after_text = flat(), flat(), flat()
+    rule.apply(first, [])
+    rule.apply(after_ts, [20])
+    rule.apply(after_text, [20, 5])
+    assert {3, 10}.isdisjoint(allowed(first))
+    assert 3 not in allowed(after_ts) and 10 in allowed(after_ts)
+    assert allowed(after_text) == set(range(V))
+
+
+def test_timestamps_first_token_is_an_early_timestamp():
+    x = flat()
+    TimestampRules(TOK, max_initial_index=2, max_index=8).apply(x, [])
+    assert allowed(x) == {20, 21, 22}
+
+
+def test_timestamps_come_in_pairs_and_never_go_back():
+    rule = TimestampRules(TOK, max_initial_index=2, max_index=8)
+    opening = flat()
+    opening[TOK.eot] = 5.0  # likely enough to survive the timestamp-mass rule
+    rule.apply(opening, [20, 5, 6, 24])  # text closed at index 4: close the pair or end
+    assert allowed(opening) & set(range(10)) == set()  # no text
+    assert {t for t in allowed(opening) if t >= 20} == set(range(24, 29)) and 10 in allowed(opening)
+    after_pair = flat()
+    rule.apply(after_pair, [20, 5, 24, 24])  # a pair: text must follow
+    assert allowed(after_pair) == set(range(0, 19))  # no timestamp (specials: SuppressTokens' job)
+    mid_text = flat()
+    mid_text[:20] = 5.0  # text far more likely than any timestamp
+    rule.apply(mid_text, [20, 5, 24, 24, 7])
+    stamps = {t for t in allowed(mid_text) if t >= 20}
+    assert stamps == set(range(25, 29))  # strictly after the last pair, none past the window
+    assert 19 not in allowed(mid_text)  # no-timestamps token is never allowed
+
+
+def test_timestamp_forced_when_jointly_more_likely():
+    x = flat()
+    x[:20] = -10.0
+    x[5] = -1.0
+    x[20:] = 0.0  # each timestamp less likely than... no: jointly far more likely than token 5
+    TimestampRules(TOK, max_initial_index=9, max_index=9).apply(x, [20, 5])
+    assert all(t >= 20 for t in allowed(x) if t != TOK.eot) and 5 not in allowed(x)
+
+
+def test_repetition_penalty_lowers_negative_logits_too():
+    x = flat()
+    x[4], x[6] = 2.0, -2.0
+    RepetitionPenalty(penalty=2.0, window=8, first_special=TOK.eot).apply(x, [4, 6, 21])
+    assert x[4] == 1.0  # positive: divided
+    assert x[6] == -4.0  # negative: multiplied, so it goes down (Hailo's app raises it)
+    assert x[21] == 0.0  # timestamps are not penalised
+
+
+def test_eos_boost_ends_when_eot_is_likely_enough():
+    x = flat() - 10.0
+    x[10], x[4] = 2.0, 2.5  # eot not the top token, but p(eot) ~ 0.38
+    EosBoost(TOK.eot, threshold=0.2).apply(x, [20, 4])
+    assert allowed(x) == {10}
+    y = flat() - 10.0
+    y[10], y[4] = 2.0, 2.5
+    EosBoost(TOK.eot, threshold=0.5).apply(y, [20, 4])
+    assert allowed(y) == set(range(V))

@@ -1,0 +1,93 @@
+"""The engine on real speech: window walking with timestamp seek, carry-over, gates, languages."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from conftest import normalize, wer
+from edgeasr.audio import load_audio
+from edgeasr.bundle import load_bundle
+from edgeasr.engine import EngineSettings, build_transcriber
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_bundle):
+    return build_transcriber(load_bundle(tiny_bundle), EngineSettings(backend="onnx"))
+
+
+def clip(dev_dir, name: str) -> np.ndarray:
+    return load_audio(dev_dir / "audio" / f"{name}.wav", 16000)
+
+
+def loops(text: str, n: int = 3, times: int = 3) -> bool:
+    """True when some n-word phrase repeats `times` times in a row: a decoding loop."""
+    words = normalize(text).split()
+    for i in range(len(words) - n * times + 1):
+        gram = words[i : i + n]
+        if all(words[i + k * n : i + (k + 1) * n] == gram for k in range(times)):
+            return True
+    return False
+
+
+def test_jfk_across_the_window_edge(engine, dev_dir, dev_manifest):
+    ref = next(r["reference"] for r in dev_manifest if r["id"] == "jfk_inaugural-1961")
+    result = engine.transcribe(clip(dev_dir, "jfk_inaugural-1961"))
+    assert result.windows == 2  # 11 s: the second window starts at the last timestamp
+    assert wer(ref, result.text) <= 0.05
+    assert not loops(result.text)
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts) and result.segments[-1].end <= 11.5
+
+
+def test_long_utterances_do_not_loop(engine, dev_dir, dev_manifest):
+    long = [r for r in dev_manifest if float(r["duration_s"]) > 10.0]
+    assert len(long) >= 5
+    refs, hyps = [], []
+    for row in long:
+        result = engine.transcribe(clip(dev_dir, row["id"]))
+        assert not loops(result.text), (row["id"], result.text)
+        assert result.windows >= 2
+        refs.append(row["reference"])
+        hyps.append(result.text)
+    import jiwer
+
+    assert jiwer.wer([normalize(r) for r in refs], [normalize(h) for h in hyps]) < 0.25
+
+
+def test_cut_window_carries_the_unfinished_tail(engine, dev_dir, dev_manifest):
+    """A segment cut mid-speech (final=False) leaves its open tail for the next call."""
+    name = "ls_dev-clean_2412-153948-0000"  # 11.7 s, one sentence running over 10 s
+    ref = next(r["reference"] for r in dev_manifest if r["id"] == name)
+    audio = clip(dev_dir, name)
+    cut = 16000 * 9
+    first = engine.transcribe(audio[:cut], final=False)
+    assert 0 < first.consumed_samples < cut
+    rest = engine.transcribe(np.concatenate([audio[first.consumed_samples : cut], audio[cut:]]))
+    assert wer(ref, first.text + " " + rest.text) <= 0.1
+
+
+def test_silence_gives_no_text(engine):
+    result = engine.transcribe(np.zeros(16000 * 4, np.float32))
+    assert result.text == ""
+
+
+def test_noise_is_dropped_by_the_gates(engine):
+    rng = np.random.default_rng(7)
+    noise = (0.05 * rng.standard_normal(16000 * 6)).astype(np.float32)
+    result = engine.transcribe(noise)
+    assert result.text == "" or result.dropped_windows >= 1
+
+
+def test_multilingual_bundle_detects_english(base_bundle, dev_dir, dev_manifest):
+    bundle = load_bundle(base_bundle)
+    assert bundle.multilingual and bundle.tokens.sot == 50258 and bundle.tokens.languages["en"] == 50259
+    engine = build_transcriber(bundle, EngineSettings(backend="onnx"))
+    name = "ls_test-other_1688-142285-0003"
+    ref = next(r["reference"] for r in dev_manifest if r["id"] == name)
+    result = engine.transcribe(clip(dev_dir, name))
+    assert result.language == "en"
+    assert wer(ref, result.text) <= 0.15
+    assert re.search(r"[a-z]", result.text.lower())
