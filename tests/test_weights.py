@@ -107,7 +107,8 @@ def test_sizes_add_up(dump):
         else:
             assert t["kept"] and t["bytes"] == t["source_bytes"]
     fraction = s["bytes"] / s["source_bytes"]
-    print(f"\n{m['dtype']}: {s['bytes'] / 1e6:.1f} MB of {s['source_bytes'] / 1e6:.1f} MB fp32 ({fraction:.2f})")
+    print(f"\n{m['dtype']}: {s['bytes'] / 1e6:.1f} MB of {s['source_bytes'] / 1e6:.1f} MB fp32"
+          f" ({fraction:.2f})")
     assert fraction < (0.51 if m["dtype"] == "bf16" else 0.26)
 
 
@@ -156,6 +157,15 @@ def test_bf16_rounds_to_nearest_even():
     # ties go to the even mantissa: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6
     np.testing.assert_array_equal(back, np.array([1.0, 1.0, 1.0 + 2**-6, -2.5, 0.0, back[5]], np.float32))
     assert abs(back[5] / x[5] - 1) < 2**-8
+
+
+def test_a_new_dump_replaces_an_earlier_one(tiny_bundle, tmp_path):
+    out = tmp_path / "w"
+    dump_weights(tiny_bundle, "int8", out)
+    assert list(out.rglob("*.scale.npy"))
+    m = dump_weights(tiny_bundle, "bf16", out)
+    assert not list(out.rglob("*.scale.npy"))
+    assert len(list(out.rglob("*.npy"))) == len(m["tensors"])
 
 
 def test_bad_dtype_and_foreign_directory_are_refused(tiny_bundle, tmp_path):

@@ -17,6 +17,7 @@ Opset 13, static shapes, simplified with onnxsim.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import warnings
@@ -25,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from edgeasr.errors import ModelError
 from edgeasr.models.checkpoint import Checkpoint
@@ -110,7 +110,7 @@ class HailoDecoder(nn.Module):
         # the tied output projection, pre-sliced and pre-transposed: one [d, V_i] constant per MatMul
         proj = _t(s["proj_out.weight"])
         bounds = np.cumsum([0, *split_sizes(d.n_vocab)])
-        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             self.register_buffer(f"proj_{i}", proj[lo:hi].t().contiguous())
 
     def forward(self, encoder_hidden_states: Tensor, token_embeddings: Tensor) -> tuple[Tensor, ...]:

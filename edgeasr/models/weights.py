@@ -8,8 +8,9 @@ out/<graph>/layer_<i>/<component>/<leaf>.npy:
 - int8: symmetric, one float32 scale per row (rows = the first axis that is not 1)
   in a sibling <leaf>.scale.npy.
 Tensors that cannot be quantised (integer shape constants, values such as the causal
-mask's -inf) are written as they are, and so are vectors (biases, norms) in int8. manifest.json lists each tensor once with its
-shape, dtypes, bytes and round-trip error (max abs, relative RMS) plus totals.
+mask's -inf) are written as they are, and so are vectors (biases, norms) in int8.
+manifest.json lists each tensor once with its shape, dtypes, bytes and round-trip error
+(max abs, relative RMS) plus totals.
 Exporters leave some weights without a name (onnx::MatMul_123, _v_45); those are named
 after what consumes them (see `attribute`). numpy + onnx only: no torch.
 """
@@ -229,12 +230,20 @@ def _kept_because(x: np.ndarray, dtype: str) -> str | None:
 
 
 def _prepare(out: Path) -> None:
+    """An empty directory, or an earlier dump whose files are removed (a bf16 dump after an
+    int8 one must not leave stale .scale.npy files behind)."""
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
         raise OutputError(f"{out}: exists and is not a weights dump (use an empty directory)")
     try:
+        if (out / MANIFEST).exists():
+            old = json.loads((out / MANIFEST).read_text())
+            for t in old.get("tensors", []):
+                for rel in (t.get("file"), t.get("scale_file")):
+                    if rel:
+                        (out / rel).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot create the weights directory ({exc.strerror})") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise OutputError(f"{out}: cannot prepare the weights directory ({exc})") from exc
 
 
 def _write(out: Path, parts: list[str], x: np.ndarray,

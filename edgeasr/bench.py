@@ -1,0 +1,302 @@
+"""`edgeasr bench --set DIR`: speed, accuracy and memory of each way to run the model.
+
+Rows (each in its own process, so peak RSS is the row's own): the 30 s fp32 encoder,
+our default 10 s int8 CPU engine, the hybrid Hailo engine (with a device only), the
+full-NPU reference (the fixed-length Hailo decoder without cache, in onnxruntime) and
+faster-whisper int8 on the same weights; then one row per preset. Figures are medians
+and ratios from one run: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime as dt
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from edgeasr.errors import MissingInputError, ToolMissingError
+
+ROWS = {
+    "30s-fp32": "30 s encoder fp32 (reference)",
+    "10s-int8": "10 s int8 CPU (default)",
+    "hybrid-hailo": "hybrid: Hailo encoder + CPU decoder",
+    "full-npu-ref": "full-NPU reference (fixed-32 decoder, no cache)",
+    "faster-whisper": "faster-whisper int8, greedy",
+}
+PRESETS = ("conservative", "balanced", "aggressive")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="benchmark the engine variants on an audio set")
+    p.add_argument("--set", dest="set_dir", type=Path, required=True, metavar="DIR",
+                   help="a directory with manifest.tsv (id, file, duration_s, reference)")
+    p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
+    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
+    p.add_argument("--no-presets", action="store_true", help="skip the per-preset rows")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE.png")
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # child process: run one row
+    p.add_argument("--preset", default="balanced", help=argparse.SUPPRESS)
+    p.set_defaults(func=main)
+
+
+def read_set(set_dir: Path, limit: int = 0) -> list[dict]:
+    manifest = set_dir / "manifest.tsv"
+    if not manifest.is_file():
+        raise MissingInputError(f"{manifest}: no manifest.tsv in the benchmark set")
+    with manifest.open(newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return rows[:limit] if limit else rows
+
+
+# ---------------------------------------------------------------- one row (child process)
+
+
+def _engine_row(bundle, args, row: str):
+    from edgeasr.decoding import DecoderSession, preset_options
+    from edgeasr.encoder import OnnxEncoder
+    from edgeasr.engine import EngineSettings, build_transcriber
+    from edgeasr.transcriber import Transcriber
+
+    if row == "30s-fp32":
+        full = bundle.n_audio_ctx
+        audio = dataclasses.replace(bundle.audio, window_s=full * 2 * bundle.audio.hop_length
+                                    / bundle.audio.sample_rate, n_frames=full * 2, n_positions=full)
+        b30 = dataclasses.replace(bundle, audio=audio)
+        return Transcriber(b30, OnnxEncoder(bundle, "fp32", args.threads, role="encoder_30s"),
+                           DecoderSession(bundle, "fp32", args.threads), preset_options(args.preset))
+    backend = "hailo" if row == "hybrid-hailo" else "onnx"
+    return build_transcriber(bundle, EngineSettings(backend=backend, preset=args.preset,
+                                                    encoder_threads=args.threads,
+                                                    decoder_threads=args.threads))
+
+
+def _run_engine(engine, audio) -> dict:
+    t0 = time.monotonic()
+    r = engine.transcribe(audio)
+    total = (time.monotonic() - t0) * 1e3
+    return {"text": r.text, "total_ms": total, "encoder_ms": r.timings_ms["encoder"],
+            "decoder_ms": r.timings_ms["decoder"], "tokens": r.tokens, "runaway": r.runaway_windows}
+
+
+def _full_npu(bundle, args):
+    from edgeasr.encoder import OnnxEncoder
+    from edgeasr.features import MelSpec, log_mel
+    from edgeasr.reference_decoder import FullNpuReferenceDecoder
+    from edgeasr.tokenizer import Tokenizer
+
+    encoder, decoder, tok = OnnxEncoder(bundle, "fp32", args.threads), FullNpuReferenceDecoder(
+        bundle, threads=args.threads), Tokenizer(bundle)
+    a = bundle.audio
+    spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
+
+    def run(audio) -> dict:  # fixed 10 s chunks, as Hailo's app walks long audio
+        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "tokens": 0, "runaway": 0}
+        t0 = time.monotonic()
+        for start in range(0, len(audio), spec.n_samples):
+            t1 = time.monotonic()
+            feats = encoder.encode(log_mel(audio[start : start + spec.n_samples], spec))
+            t2 = time.monotonic()
+            tokens = decoder.decode(feats)
+            out["encoder_ms"] += (t2 - t1) * 1e3
+            out["decoder_ms"] += (time.monotonic() - t2) * 1e3
+            out["tokens"] += len(tokens) + 1
+            out["runaway"] += int(len(tokens) >= decoder.max_new_tokens)
+            out["text"] += tok.decode(tokens)
+        out["total_ms"] = (time.monotonic() - t0) * 1e3
+        return out
+
+    return run
+
+
+def _faster_whisper(bundle, args):
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError as exc:
+        raise ToolMissingError("the faster-whisper row needs the bench extra: pip install 'edgeasr[bench]'") from exc
+    files = bundle.manifest["source"].get("files", [])
+    if bundle.manifest["source"].get("kind") != "ctranslate2" or len(files) != 1:
+        return None
+    model = WhisperModel(str(Path(files[0]).parent), device="cpu", compute_type="int8",
+                         cpu_threads=args.threads)
+
+    def run(audio) -> dict:
+        t0 = time.monotonic()
+        segments, _ = model.transcribe(audio, beam_size=1, language="en", vad_filter=False)
+        text = "".join(s.text for s in segments)
+        return {"text": text, "total_ms": (time.monotonic() - t0) * 1e3, "encoder_ms": None,
+                "decoder_ms": None, "tokens": None, "runaway": 0}
+
+    return run
+
+
+def run_row(args) -> dict:
+    from edgeasr.audio import load_audio
+    from edgeasr.engine import open_bundle
+
+    bundle = open_bundle(args.model)
+    row = args.row
+    if row == "hybrid-hailo":
+        from importlib.util import find_spec
+
+        if find_spec("hailo_platform") is None:
+            return {"skipped": "no Hailo device here (HailoRT's hailo_platform is not installed)"}
+        from edgeasr.hailo import hailo_available
+
+        if not hailo_available():
+            return {"skipped": "no Hailo device here"}
+    if row == "30s-fp32" and not bundle.has("encoder_30s"):
+        return {"skipped": "the bundle has no 30 s encoder (import with --with-30s)"}
+    if row == "full-npu-ref" and not bundle.has("hailo_decoder"):
+        return {"skipped": "the bundle has no fixed-length Hailo decoder"}
+    if row == "faster-whisper":
+        run = _faster_whisper(bundle, args)
+        if run is None:
+            return {"skipped": "faster-whisper needs a CTranslate2 single-file source"}
+    elif row == "full-npu-ref":
+        run = _full_npu(bundle, args)
+    else:
+        engine = _engine_row(bundle, args, row)
+        run = lambda audio: _run_engine(engine, audio)  # noqa: E731
+    utterances = read_set(args.set_dir, args.limit)
+    sr = bundle.audio.sample_rate
+    run(load_audio(args.set_dir / utterances[0]["file"], sr))  # warm-up, not counted
+    results = []
+    for u in utterances:
+        r = run(load_audio(args.set_dir / u["file"], sr))
+        r.update(id=u["id"], duration_s=float(u["duration_s"]))
+        results.append(r)
+    return {"results": results, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+# ---------------------------------------------------------------- the table (parent)
+
+
+def summarize(data: dict, references: dict[str, str]) -> dict:
+    if "skipped" in data:
+        return {"skipped": data["skipped"]}
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    res = data["results"]
+    refs = [norm(references[r["id"]]) for r in res]
+    hyps = [norm(r["text"]) for r in res]
+    totals = sorted(r["total_ms"] for r in res)
+
+    def med(key):
+        vals = [r[key] for r in res if r[key] is not None]
+        return round(statistics.median(vals), 1) if vals else None
+
+    tokens = sum(r["tokens"] or 0 for r in res)
+    dec = sum(r["decoder_ms"] or 0 for r in res)
+    return {
+        "utterances": len(res),
+        "encoder_ms_median": med("encoder_ms"), "decoder_ms_median": med("decoder_ms"),
+        "total_ms_median": round(statistics.median(totals), 1),
+        "total_ms_p90": round(totals[min(len(totals) - 1, int(0.9 * len(totals)))], 1),
+        "decoder_ms_per_token": round(dec / tokens, 2) if tokens else None,
+        "wer": round(jiwer.wer(refs, hyps), 4), "cer": round(jiwer.cer(refs, hyps), 4),
+        "runaway_windows": sum(r["runaway"] for r in res),
+        "peak_rss_mb": round(data["peak_rss_mb"], 1),
+    }
+
+
+def _child(args, row: str, preset: str = "balanced") -> dict:
+    cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", "bench", "--set", str(args.set_dir),
+           "--threads", str(args.threads), "--limit", str(args.limit), "--row", row, "--preset", preset]
+    if args.model:
+        cmd += ["--model", str(args.model)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"skipped": f"failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"}
+    return json.loads(out.stdout)
+
+
+def markdown(report: dict) -> str:
+    cols = ["encoder_ms_median", "decoder_ms_median", "total_ms_median", "total_ms_p90",
+            "decoder_ms_per_token", "wer", "cer", "peak_rss_mb"]
+    head = "| row | enc ms | dec ms | total ms (median) | total ms (p90) | dec ms/token | WER | CER | peak RSS MB |"
+    lines = [head, "|" + "---|" * (len(cols) + 1)]
+    for name, row in report["rows"].items():
+        if "skipped" in row:
+            lines.append(f"| {ROWS.get(name, name)} | {row['skipped']} |" + " |" * (len(cols) - 1))
+            continue
+        cells = ["n/a" if row[c] is None else (f"{row[c]:.2%}" if c in ("wer", "cer") else f"{row[c]:g}")
+                 for c in cols]
+        lines.append(f"| {ROWS.get(name, name)} | " + " | ".join(cells) + " |")
+    lines += ["", "| preset | WER | runaway windows | total ms (median) |", "|---|---|---|---|"]
+    for name, row in report.get("presets", {}).items():
+        if "skipped" in row:
+            lines.append(f"| {name} | {row['skipped']} | | |")
+        else:
+            lines.append(f"| {name} | {row['wer']:.2%} | {row['runaway_windows']} | {row['total_ms_median']:g} |")
+    for key, value in report.get("ratios", {}).items():
+        lines.append(f"\n{key}: {value}")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ToolMissingError("--plot needs matplotlib: pip install 'edgeasr[bench]'") from exc
+    rows = {k: v for k, v in report["rows"].items() if "skipped" not in v}
+    names = [ROWS.get(k, k) for k in rows]
+    enc = [v["encoder_ms_median"] or 0 for v in rows.values()]
+    dec = [v["decoder_ms_median"] or 0 for v in rows.values()]
+    other = [max(0.0, v["total_ms_median"] - e - d) for v, e, d in zip(rows.values(), enc, dec)]
+    fig, ax = plt.subplots(figsize=(9, 0.7 * len(names) + 1.5))
+    ax.barh(names, enc, label="encoder")
+    ax.barh(names, dec, left=enc, label="decoder")
+    ax.barh(names, other, left=[e + d for e, d in zip(enc, dec)], label="other / not separable")
+    ax.set_xlabel("median ms per utterance")
+    ax.set_title(f"edgeasr bench, {report['date']} on {report['machine']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.row:
+        print(json.dumps(run_row(args)))
+        return 0
+    from edgeasr.engine import open_bundle
+
+    bundle = open_bundle(args.model)  # prepares the default bundle once, before the children
+    args.model = args.model or bundle.root
+    references = {u["id"]: u["reference"] for u in read_set(args.set_dir, args.limit)}
+    report = {"date": dt.date.today().isoformat(),
+              "machine": f"{platform.machine()}, {platform.processor() or platform.platform()}",
+              "threads": args.threads, "model": bundle.name, "utterances": len(references),
+              "rows": {}, "presets": {}}
+    for row in [r for r in args.rows.split(",") if r]:
+        print(f"bench: {ROWS.get(row, row)} ...", file=sys.stderr)
+        report["rows"][row] = summarize(_child(args, row), references)
+    if not args.no_presets:
+        for preset in PRESETS:
+            print(f"bench: preset {preset} ...", file=sys.stderr)
+            report["presets"][preset] = summarize(_child(args, "10s-int8", preset), references)
+    ours, fw = report["rows"].get("10s-int8", {}), report["rows"].get("faster-whisper", {})
+    if "total_ms_median" in ours and "total_ms_median" in fw:
+        report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
+    text = markdown(report)
+    print(text)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot:
+        plot(report, args.plot)
+    return 0
