@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -38,10 +39,20 @@ HOST = "127.0.0.1"
 TEST_USER, TEST_PASSWORD = "edgeasr", "s3cret-Pa55"
 
 
+# Ports below the kernel's ephemeral range (32768+ by default): no outgoing connection and
+# no `bind(0)` of a concurrent test run can take the port while the broker is restarting.
+_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    for port in random.sample(_PORTS, 200):
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port for mosquitto")
 
 
 def _broker_uid_gid() -> tuple[int, int] | None:
@@ -121,6 +132,7 @@ class Broker:
 
     def start(self, timeout_s: float = 10.0) -> None:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [MOSQUITTO, "-c", str(self.conf)], stdout=log, stderr=subprocess.STDOUT
@@ -129,8 +141,10 @@ class Broker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mosquitto exited {self.proc.returncode}:\n{self.log_text()}")
-            with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.2):
-                return
+            # "running" is logged once the listener is bound: then the port is surely ours
+            if " running" in self.log_text()[offset:]:
+                with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.2):
+                    return
             time.sleep(0.05)
         raise RuntimeError(f"mosquitto did not listen on {self.port}:\n{self.log_text()}")
 
@@ -212,6 +226,7 @@ class Subscriber:
         broker.configure_client(self.client)
         self.client.reconnect_delay_set(0.2, 1)
         self.client.on_connect = self._on_connect
+        self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message
         self._subscribed = threading.Event()
 
@@ -222,7 +237,7 @@ class Subscriber:
         self.client.connect_async(host, self.broker.port, keepalive=5, clean_start=False, properties=props)
         self.client.loop_start()
         if not self._subscribed.wait(timeout_s):
-            raise TimeoutError("subscriber did not connect")
+            raise TimeoutError("subscriber did not connect and subscribe")
         return self
 
     def close(self) -> None:
@@ -232,7 +247,10 @@ class Subscriber:
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         if not reason.is_failure:
             client.subscribe([(t, 1) for t in self.topics])
-            self._subscribed.set()
+
+    def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reasons: list, props: Any) -> None:
+        if not any(r.is_failure for r in reasons):
+            self._subscribed.set()  # the broker has the subscription (SUBACK)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
         with self._cond:

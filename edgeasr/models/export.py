@@ -113,7 +113,7 @@ def _quantize(src: Path, dst: Path) -> None:
 
     root = logging.getLogger()
     level = root.level
-    root.setLevel(logging.WARNING)  # the quantizer logs every tensor at INFO on the root logger
+    root.setLevel(logging.ERROR)  # the quantizer logs every tensor (and advice) on the root logger
     try:
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul"],
                          weight_type=QuantType.QInt8)

@@ -75,14 +75,19 @@ class _FixedDecoderLayer(nn.Module):
 
     @staticmethod
     def _attend(a: _Projections, h: Tensor, kv: Tensor, mask: Tensor | None) -> Tensor:
-        q, k, v = a.split(a.q(h) * a.scale), a.split(a.k(kv)), a.split(a.v(kv))
-        w = q @ k.transpose(1, 2)
+        def heads(t: Tensor) -> Tensor:  # [1, n, d] -> [1, H, n, dh]
+            return t.reshape(1, -1, a.heads, a.head_dim).transpose(1, 2)
+
+        q, k, v = heads(a.q(h) * a.scale), heads(a.k(kv)), heads(a.v(kv))
+        w = q @ k.transpose(2, 3)
         if mask is not None:
             w = w + mask
-        return a.out(a.merge(torch.softmax(w, dim=-1) @ v))
+        out = (torch.softmax(w, dim=-1) @ v).transpose(1, 2).reshape(1, -1, a.heads * a.head_dim)
+        return a.out(out)
 
     def forward(self, x: Tensor, xa: Tensor, mask: Tensor) -> Tensor:
-        # batch stays in: indexing it away would put Gathers on activations (not for the NPU)
+        # The batch axis stays throughout (rank-4 heads, as in Hailo's patched model): indexing
+        # it away would put Gathers on activations, which the NPU does not run.
         h = self.norm1(x)
         x = x + self._attend(self.self_attn, h, h, mask)
         x = x + self._attend(self.cross_attn, self.norm2(x), xa, None)

