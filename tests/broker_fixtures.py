@@ -97,7 +97,7 @@ class Broker:
             f"persistence_location {self.data}/",
             "autosave_interval 1",
             "max_queued_messages 10000",
-            "log_dest stdout",
+            "log_dest stderr",  # unbuffered: start() watches it
             "log_type error",
             "log_type warning",
             "log_type notice",

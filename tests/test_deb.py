@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import grp
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import wer
 from test_systemd_unit import SyscallSandbox, unit_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +138,7 @@ def readable_dir():
     shutil.rmtree(path)
 
 
-def test_install_check_purge(deb, tiny_bundle, dev_dir, readable_dir):
+def test_install_check_purge(deb, tiny_bundle, dev_dir, dev_manifest, readable_dir):
     if installed():
         assert purge().returncode == 0
     result = run([*APT, "install", str(deb)], env=APT_ENV)
@@ -162,15 +164,23 @@ def test_install_check_purge(deb, tiny_bundle, dev_dir, readable_dir):
         shutil.chown(bundle, "edgeasr", "edgeasr")
         for path in bundle.rglob("*"):
             shutil.chown(path, "edgeasr", "edgeasr")
+        clip = next(row for row in dev_manifest if row["id"] == "jfk_inaugural-1961")
+        wav = dev_dir / clip["file"]
         config = readable_dir / "check.yaml"
         config.write_text(yaml.safe_dump({
-            "input": {"source": "file", "path": str(dev_dir / "audio" / "jfk_inaugural-1961.wav")},
+            "input": {"source": "file", "path": str(wav)},
             "model": {"path": str(bundle)},
             "mqtt": {"host": None},
         }))
         config.chmod(0o644)
         check = service_process(["/usr/bin/edgeasr", "check", "--config", str(config)], {})
         assert check.returncode == 0, check.stdout + check.stderr
+
+        # The installed venv (Debian's python3, the wheelhouse's numpy 1.x) really transcribes.
+        heard = service_process(["/usr/bin/edgeasr", "transcribe", "--json", "--backend", "onnx",
+                                 "--model", str(bundle), str(wav)], {})
+        assert heard.returncode == 0, heard.stderr
+        assert wer(clip["reference"], json.loads(heard.stdout)["text"]) <= 0.1
     finally:
         purged = purge()
     assert purged.returncode == 0, purged.stdout + purged.stderr

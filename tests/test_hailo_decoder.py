@@ -158,6 +158,10 @@ def test_graph_is_hailo_shaped(exported_tiny, tiny_checkpoint):
     assert sum(split_sizes(d.n_vocab)) == d.n_vocab and len(g.output) == 4
     ops = {n.op_type for n in g.node}
     assert ops <= HAILO_OPS, ops - HAILO_OPS
+    # every activation keeps the batch axis in front (rank-4 attention heads, no Gather)
+    inferred = [dims(v) for v in onnx.shape_inference.infer_shapes(model).graph.value_info]
+    tensors = [s for s in inferred if s]  # scalars are the LayerNorm / GELU constants
+    assert tensors and all(s[0] == 1 and len(s) >= 3 for s in tensors)
     # each output is one MatMul against a constant slice of the tied projection
     producers = {o: n for n in g.node for o in n.output}
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in g.initializer}

@@ -81,9 +81,10 @@ def attribute(graph) -> dict[str, str]:
     """A dotted module-style name for every initializer (named ones keep theirs).
 
     An unnamed weight of a MatMul/Gemm/Conv takes its bias's module (`x.bias` on the
-    node or on the Add after it -> `x.weight`); else the module of a sibling projection
-    reading the same activation in the same scope (k beside q and v); else the
-    consuming node's name and input slot.
+    node or on the Add after it -> `x.weight`); a fused q/k/v weight (MatMul -> Split,
+    onnxsim's fuse_qkv) the biases' parent module (`attn.qkv.weight`); else the module of
+    a sibling projection reading the same activation in the same scope (k beside q and v);
+    else the graph output it computes, or the consuming node's name and input slot.
     """
     consumers: dict[str, list] = defaultdict(list)
     for node in graph.node:
@@ -98,14 +99,15 @@ def attribute(graph) -> dict[str, str]:
                 weight_of[node.name] = path[: -len(".weight")]
     pending = [n for n in inits if n not in names]
     for n in pending:
-        module = _bias_module(n, consumers, names)
+        module = _bias_module(n, consumers, names) or _fused_module(n, consumers, names)
         if module:
             names[n] = module + ".weight"
             weight_of[consumers[n][0][0].name] = module
     for n in pending:
         if n not in names:
             module = _sibling_module(n, consumers, weight_of)
-            names[n] = module + ".weight" if module else _by_consumer(n, consumers)
+            outputs = {o.name for o in graph.output}
+            names[n] = module + ".weight" if module else _by_consumer(n, consumers, outputs)
     return _unique(names, inits)
 
 
@@ -116,17 +118,36 @@ def _weight_node(name: str, consumers: dict):
     return None
 
 
+def _biases_after(value: str, consumers: dict, names: dict[str, str]) -> list[str]:
+    """Modules of the named biases added to `value` (`x.bias` -> `x`)."""
+    found = [names.get(x, "") for add, _ in consumers.get(value, []) if add.op_type == "Add"
+             for x in add.input]
+    return [f[: -len(".bias")] for f in found if f.endswith(".bias")]
+
+
 def _bias_module(name: str, consumers: dict, names: dict[str, str]) -> str | None:
     node = _weight_node(name, consumers)
     if node is None:
         return None
-    candidates = list(node.input[2:3])
-    for out in node.output:
-        candidates += [x for add, _ in consumers.get(out, []) if add.op_type == "Add" for x in add.input]
-    for c in candidates:
-        if names.get(c, "").endswith(".bias"):
-            return names[c][: -len(".bias")]
-    return None
+    if len(node.input) > 2 and names.get(node.input[2], "").endswith(".bias"):
+        return names[node.input[2]][: -len(".bias")]
+    found = [m for out in node.output for m in _biases_after(out, consumers, names)]
+    return found[0] if found else None
+
+
+def _fused_module(name: str, consumers: dict, names: dict[str, str]) -> str | None:
+    node = _weight_node(name, consumers)
+    uses = consumers.get(node.output[0], []) if node is not None else []
+    if len(uses) != 1 or uses[0][0].op_type != "Split":
+        return None
+    split = uses[0][0]
+    modules = [m for out in split.output for m in _biases_after(out, consumers, names)]
+    parents = {m.rsplit(".", 1)[0] for m in modules}
+    if len(parents) != 1:
+        return None
+    leaves = {m.rsplit(".", 1)[1] for m in modules}
+    fused = "qkv" if len(split.output) == 3 and leaves <= {"q", "k", "v"} else "_".join(sorted(leaves)) + "_fused"
+    return f"{parents.pop()}.{fused}"
 
 
 def _sibling_module(name: str, consumers: dict, weight_of: dict[str, str]) -> str | None:
@@ -146,11 +167,13 @@ def _sibling_module(name: str, consumers: dict, weight_of: dict[str, str]) -> st
     return f"{found.pop()}.{leaf}" if len(found) == 1 else None
 
 
-def _by_consumer(name: str, consumers: dict) -> str:
+def _by_consumer(name: str, consumers: dict, graph_outputs: set[str]) -> str:
     uses = consumers.get(name, [])
     if not uses:
         return f"unused.{name}"
     node, i = uses[0]
+    if node.op_type in _WEIGHT_OPS and i == 1 and node.output[0] in graph_outputs:
+        return f"{node.output[0]}.weight"  # e.g. the output projection: logits.weight
     return f"{node.name.strip('/').replace('/', '.')}.in{i}"
 
 

@@ -1,0 +1,223 @@
+"""The daemon end to end, in subprocesses, against a real Mosquitto on loopback."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jiwer
+import numpy as np
+import pytest
+import soundfile as sf
+import yaml
+
+from broker_fixtures import Broker, mosquitto, subscribe  # noqa: F401 (fixtures)
+from conftest import normalize
+
+REPO = Path(__file__).resolve().parents[1]
+STREAM_TIMEOUT_S = 240
+
+
+def write_config(path: Path, settings: dict) -> Path:
+    tree: dict = {}
+    for key, value in settings.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = str(value) if isinstance(value, Path) else value
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def start_daemon(config: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "edgeasr", "--config", str(config)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def finish(proc: subprocess.Popen, timeout_s: float = STREAM_TIMEOUT_S) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"daemon did not finish; stderr:\n{err[-3000:]}") from None
+    assert proc.returncode == 0, err[-3000:]
+    return out, err
+
+
+def stream_rows(dev_dir: Path, stream_id: str) -> list[dict]:
+    with (dev_dir / "longform" / "segments.tsv").open(newline="") as f:
+        rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [r for r in rows if r["stream_id"] == stream_id]
+
+
+def base_settings(tiny_bundle: Path, tmp_path: Path, audio: Path, realtime: bool) -> dict:
+    return {"device_id": "testdev", "state_dir": tmp_path / "state", "model.path": tiny_bundle,
+            "encoder.backend": "onnx", "input.source": "file", "input.path": audio,
+            "input.realtime": realtime, "mqtt.metrics_interval_s": 0}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_bundle):
+    from edgeasr.bundle import load_bundle
+    from edgeasr.engine import EngineSettings, build_transcriber
+
+    return build_transcriber(load_bundle(tiny_bundle), EngineSettings(backend="onnx"))
+
+
+def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
+    refs, hyps = [], []
+    for r in rows:
+        clip = audio[int(r["start_sample"]) : int(r["end_sample"])].astype(np.float32) / 32768
+        refs.append(normalize(r["reference"]))
+        hyps.append(normalize(engine.transcribe(clip).text))
+    return jiwer.wer(refs, hyps)
+
+
+@pytest.mark.parametrize("stream_id", ["dev_stream_01", "dev_stream_02", "dev_stream_01_noisy20db"])
+def test_realtime_stream_publishes_every_utterance(stream_id, tiny_bundle, dev_dir, tmp_path,
+                                                   mosquitto, subscribe, engine):  # noqa: F811
+    """A stream at real time through the daemon; for dev_stream_01 the broker is also down
+    for 30 s in the middle, and every transcript must still arrive, in order."""
+    rows = stream_rows(dev_dir, stream_id)
+    audio_path = dev_dir / "longform" / f"{stream_id}.wav"
+    sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
+    settings = base_settings(tiny_bundle, tmp_path, audio_path, realtime=True)
+    settings.update(mosquitto.overrides())
+    daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings))
+    outage = stream_id == "dev_stream_01"
+    if outage:
+        time.sleep(20)
+        mosquitto.stop()
+        time.sleep(30)
+        mosquitto.start()
+    finish(daemon)
+    sub.wait_for(lambda s: any(json.loads(m.payload)["state"] == "offline"
+                               for m in s.on("edgeasr/testdev/status")), timeout_s=20)
+    messages = [m.json() for m in sub.on("edgeasr/testdev/transcript")]
+    seqs = [m["seq"] for m in messages]
+    assert seqs == sorted(set(seqs)) and seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    assert len(messages) >= len(rows)  # every utterance, none lost in the outage
+    for m in messages:
+        assert m["device_id"] == "testdev" and m["latency_ms"] >= 0 and m["end"] > m["start"]
+    audio, _ = sf.read(audio_path, dtype="int16")
+    stream_wer = jiwer.wer(normalize(" ".join(r["reference"] for r in rows)),
+                           normalize(" ".join(m["text"] for m in messages)))
+    utterance_wer = per_utterance_wer(engine, audio, rows)
+    assert stream_wer <= utterance_wer + 0.015, (stream_wer, utterance_wer)
+
+
+def test_sigkill_then_restart_delivers_every_transcript(tiny_bundle, dev_dir, tmp_path,
+                                                        mosquitto, subscribe):  # noqa: F811
+    """Broker down, daemon killed with SIGKILL after producing transcripts: on restart the
+    outbox publishes every one of them."""
+    sub = subscribe(mosquitto, ["edgeasr/testdev/transcript"])
+    mosquitto.stop()
+    settings = base_settings(tiny_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
+    settings.update(mosquitto.overrides())
+    settings["output.stdout"] = True  # stdout shows what was produced before the kill
+    daemon = start_daemon(write_config(tmp_path / "a.yaml", settings))
+    produced: list[dict] = []
+    deadline = time.monotonic() + 120
+    while len(produced) < 3 and time.monotonic() < deadline:
+        line = daemon.stdout.readline()
+        if line.startswith("{"):
+            produced.append(json.loads(line))
+    daemon.send_signal(signal.SIGKILL)
+    daemon.communicate()
+    assert len(produced) >= 3
+    mosquitto.start()
+    short = tmp_path / "short.wav"
+    sf.write(short, np.zeros(16000, np.int16), 16000)
+    settings.update({"input.path": short, "input.realtime": False, "output.stdout": False})
+    restarted = start_daemon(write_config(tmp_path / "b.yaml", settings))
+    finish(restarted, 60)
+    assert sub.wait_count("edgeasr/testdev/transcript", len(produced), timeout_s=20)
+    delivered = {m.json()["id"]: m.json() for m in sub.on("edgeasr/testdev/transcript")}
+    for p in produced:
+        assert p["id"] in delivered and delivered[p["id"]]["text"] == p["text"]
+
+
+def test_silence_and_noise_publish_nothing(tiny_bundle, dev_dir, tmp_path, mosquitto, subscribe):  # noqa: F811
+    rows = stream_rows(dev_dir, "dev_stream_01_noisy20db")
+    noisy, sr = sf.read(dev_dir / "longform" / "dev_stream_01_noisy20db.wav", dtype="int16")
+    gaps = [noisy[int(a["end_sample"]) + 1600 : int(b["start_sample"]) - 1600] for a, b in zip(rows, rows[1:])]
+    noise = np.concatenate(gaps)
+    two_minutes = 120 * sr
+    audio = np.concatenate([np.zeros(two_minutes, np.int16), np.resize(noise, two_minutes)])
+    path = tmp_path / "quiet.wav"
+    sf.write(path, audio, sr)
+    sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
+    settings = base_settings(tiny_bundle, tmp_path, path, realtime=False)
+    settings.update(mosquitto.overrides())
+    finish(start_daemon(write_config(tmp_path / "edgeasr.yaml", settings)), 120)
+    sub.wait_for(lambda s: len(s.on("edgeasr/testdev/status")) >= 2, timeout_s=10)
+    assert sub.on("edgeasr/testdev/transcript") == []
+    assert [json.loads(m.payload)["state"] for m in sub.on("edgeasr/testdev/status")][:1] == ["online"]
+
+
+def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_bundle, dev_dir, tmp_path):
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(0.5)
+    settings = base_settings(tiny_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
+    daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings),
+                          env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
+    messages: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and messages.count("WATCHDOG=1") < 4:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+    daemon.send_signal(signal.SIGTERM)
+    out, err = finish(daemon, 60)
+    while True:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except socket.timeout:
+            break
+    sock.close()
+    text = "\n".join(messages)
+    assert "READY=1" in text and "STATUS=" in text and "STOPPING=1" in text
+    assert messages.count("WATCHDOG=1") >= 4
+    assert text.index("READY=1") < text.index("WATCHDOG=1") < text.index("STOPPING=1")
+
+
+def test_capture_from_an_alsa_fifo_microphone(tiny_bundle, dev_dir, tmp_path):
+    """The real PortAudio path: the daemon records a virtual ALSA mic fed at real time."""
+    from alsa_fixtures import VirtualMics
+
+    mics = VirtualMics(tmp_path / "alsa", ["fifomic"])
+    audio, sr = sf.read(dev_dir / "audio" / "jfk_inaugural-1961.wav", dtype="int16")
+    feeder = mics.feed("fifomic", np.concatenate([np.zeros(sr, np.int16), audio]), sr, 480)
+    settings = base_settings(tiny_bundle, tmp_path, dev_dir / "audio" / "jfk_inaugural-1961.wav", False)
+    settings.update({"input.source": "mic", "input.device": "fifomic", "input.path": None})
+    daemon = subprocess.Popen([sys.executable, "-m", "edgeasr", "--config",
+                               str(write_config(tmp_path / "edgeasr.yaml", settings))], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mics.env)
+    lines: list[dict] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and " ".join(m["text"] for m in lines).count("country") < 2:
+        line = daemon.stdout.readline()
+        if line.startswith("{"):
+            lines.append(json.loads(line))
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.communicate(timeout=30)
+    finally:
+        feeder.stop()
+        mics.close()
+    text = normalize(" ".join(m["text"] for m in lines))
+    assert "ask not what your country can do for you" in text
+    assert "ask what you can do for your country" in text
