@@ -151,7 +151,7 @@ class Daemon:
                             report_error=report_error)
         self.pipeline = pipeline
         if mqtt is not None:
-            mqtt._metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
+            mqtt.metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
         self._install_signals(pipeline)
         watchdog = Watchdog(notifier, progress)
         runner = threading.Thread(target=pipeline.run, name="edgeasr-capture")
@@ -166,10 +166,12 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 self._apply_reload()
+        watchdog.stop()  # first: no ping may follow STOPPING=1
         notifier.stopping()
-        watchdog.stop()
         for publisher in publishers:
             publisher.close(cfg.pipeline.stop_deadline_s)
+        if self.outbox is not None:
+            self.outbox.close()
         source.close()
         log.info("stopped: %d transcripts from %d segments (%d dropped)", pipeline.stats.transcripts,
                  pipeline.stats.segments, pipeline.queue.dropped)
@@ -177,12 +179,12 @@ class Daemon:
 
     def _publishers(self, model: str, backend: str):
         cfg = self.cfg
-        publishers, mqtt = [], None
+        publishers, mqtt, self.outbox = [], None, None
         if cfg.mqtt.host:
             from edgeasr.mqtt import MqttPublisher
             from edgeasr.outbox import Outbox
 
-            outbox = Outbox.in_state_dir(cfg.state_dir, cfg.mqtt.outbox_max)
+            outbox = self.outbox = Outbox.in_state_dir(cfg.state_dir, cfg.mqtt.outbox_max)
             mqtt = MqttPublisher(cfg.mqtt, device_id=cfg.device_id, outbox=outbox, version=__version__,
                                  model=model, backend=backend).start()
             publishers.append(mqtt)

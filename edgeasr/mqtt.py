@@ -64,8 +64,8 @@ def use_tls(options: MqttConfig) -> bool:
 
 
 def read_password(path: Path) -> str:
-    """The first line of mqtt.password_file (config.py has already looked a relative name
-    up in $CREDENTIALS_DIRECTORY).  Never logged."""
+    """mqtt.password_file's content without its final newline (config.py has already
+    looked a relative name up in $CREDENTIALS_DIRECTORY).  Never logged."""
     try:
         text = path.read_text("utf-8")
     except OSError as exc:
@@ -112,6 +112,7 @@ class MqttPublisher:
         self._lock = threading.Lock()  # guards _inflight/_handed and the order of hand-overs
         self._inflight: dict[int, int] = {}  # paho mid -> outbox seq
         self._handed = 0  # highest seq handed to paho on this connection
+        # (mid, reason) from on_publish; bounded: a lost ack only means a repeat on the next connect
         self._acks: collections.deque = collections.deque(maxlen=4 * (WINDOW + _HEADROOM))
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -215,6 +216,15 @@ class MqttPublisher:
     def connected(self) -> bool:
         return self._connected.is_set()
 
+    @property
+    def metrics(self) -> Callable[[], Mapping[str, Any]] | None:
+        """The source of the periodic /metrics message; may be set after start()."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, source: Callable[[], Mapping[str, Any]] | None) -> None:
+        self._metrics = source
+
     def wait_connected(self, timeout_s: float) -> bool:
         """True once connected; False on timeout; ConfigError if the broker refused the credentials."""
         deadline = time.monotonic() + timeout_s
@@ -296,7 +306,8 @@ class MqttPublisher:
         was_connected = self.connected
         self._connected.clear()
         if was_connected and not self._stop.is_set():
-            cause = f"broker said: {reason}" if flags.is_disconnect_packet_from_server else "network connection closed"
+            from_broker = flags.is_disconnect_packet_from_server
+            cause = f"broker said: {reason}" if from_broker else "network connection closed"
             log.info("MQTT: connection lost (%s); reconnecting, transcripts are kept in the outbox", cause)
             self._down_logged = True
 
@@ -331,7 +342,8 @@ class MqttPublisher:
                 continue  # status, error, metrics, discovery: nothing stored
             if reason.is_failure:
                 self.rejected += 1
-                log.error("MQTT: broker rejected transcript seq=%d on %s: %s", seq, self.topics.transcript, reason)
+                topic = self.topics.transcript
+                log.error("MQTT: broker rejected transcript seq=%d on %s: %s", seq, topic, reason)
             self._outbox.remove(seq)
 
     def _feed(self) -> int:

@@ -155,7 +155,10 @@ class Watchdog:
             self.stalled = True
             self._resume_status = self._notifier.last_status
             names = ", ".join(getattr(self._progress, "stalled", ())) or "the pipeline"
-            text = f"stalled: {names} made no progress in the last {self.interval_s:.1f} s; watchdog pings withheld"
+            text = (
+                f"stalled: {names} made no progress in the last {self.interval_s:.1f} s; "
+                "watchdog pings withheld"
+            )
             log.warning("systemd watchdog: %s", text)
             self._notifier.status(text)
         return False

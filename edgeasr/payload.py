@@ -44,7 +44,7 @@ def utc_iso(moment: dt.datetime) -> str:
     """ISO 8601 UTC with milliseconds and 'Z', e.g. 2025-01-31T12:00:05.250Z."""
     if moment.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware (UTC)")
-    utc = moment.astimezone(dt.timezone.utc)
+    utc = moment.astimezone(dt.UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
@@ -121,13 +121,13 @@ def error_message(error: str, *, device_id: str, context: str | None = None) -> 
         "error": error,
         "context": context,
         "device_id": device_id,
-        "time": utc_iso(dt.datetime.now(dt.timezone.utc)),
+        "time": utc_iso(dt.datetime.now(dt.UTC)),
     }
 
 
 def metrics_message(device_id: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """`{prefix}/{device}/metrics`: the daemon's counters plus the time they were taken."""
-    return {**metrics, "device_id": device_id, "time": utc_iso(dt.datetime.now(dt.timezone.utc))}
+    return {**metrics, "device_id": device_id, "time": utc_iso(dt.datetime.now(dt.UTC))}
 
 
 def ha_discovery_config(

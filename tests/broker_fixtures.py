@@ -183,7 +183,8 @@ class Broker:
         if self.tls:
             pw_file = self.root / "client-password"
             pw_file.write_text(TEST_PASSWORD + "\n")
-            keys.update({"mqtt.username": TEST_USER, "mqtt.password_file": str(pw_file), "mqtt.tls.ca": str(self.ca)})
+            keys["mqtt.username"], keys["mqtt.password_file"] = TEST_USER, str(pw_file)
+            keys["mqtt.tls.ca"] = str(self.ca)
         keys.update({"mqtt." + k.replace("__", "."): v for k, v in extra.items()})
         return keys
 

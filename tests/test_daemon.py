@@ -202,7 +202,8 @@ def test_capture_from_an_alsa_fifo_microphone(tiny_bundle, dev_dir, tmp_path):
     audio, sr = sf.read(dev_dir / "audio" / "jfk_inaugural-1961.wav", dtype="int16")
     feeder = mics.feed("fifomic", np.concatenate([np.zeros(sr, np.int16), audio]), sr, 480)
     settings = base_settings(tiny_bundle, tmp_path, dev_dir / "audio" / "jfk_inaugural-1961.wav", False)
-    settings.update({"input.source": "mic", "input.device": "fifomic", "input.path": None})
+    settings.update({"input.source": "mic", "input.device": "fifomic", "input.path": None,
+                     "input.samplerate": sr})  # the file plugin takes any rate: say the FIFO's
     daemon = subprocess.Popen([sys.executable, "-m", "edgeasr", "--config",
                                str(write_config(tmp_path / "edgeasr.yaml", settings))], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mics.env)
@@ -212,9 +213,12 @@ def test_capture_from_an_alsa_fifo_microphone(tiny_bundle, dev_dir, tmp_path):
         line = daemon.stdout.readline()
         if line.startswith("{"):
             lines.append(json.loads(line))
-    daemon.send_signal(signal.SIGTERM)
+    daemon.send_signal(signal.SIGTERM)  # the feeder goes on: PortAudio's close waits for data
     try:
         daemon.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.communicate()
     finally:
         feeder.stop()
         mics.close()

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import wer
 from test_systemd_unit import SyscallSandbox, unit_settings
 
@@ -37,9 +36,9 @@ APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=600",
 APT_ENV = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
 
 
-def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    kwargs.setdefault("timeout", 900)
-    return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, **kwargs)
+def run(cmd: list[str], *, check: bool = False, timeout: float = 900, **kwargs):
+    return subprocess.run(cmd, check=check, timeout=timeout, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, **kwargs)
 
 
 def host_arch() -> str:
@@ -92,8 +91,10 @@ def test_package_metadata(deb):
 
 def test_payload(deb_tree):
     assert (deb_tree / "DEBIAN/conffiles").read_text().split() == ["/etc/edgeasr/edgeasr.yaml"]
-    assert (deb_tree / "etc/edgeasr/edgeasr.yaml").read_bytes() == (REPO / "config/edgeasr.yaml").read_bytes()
-    assert (deb_tree / INSTALLED_UNIT.relative_to("/")).read_bytes() == (REPO / "systemd/edgeasr.service").read_bytes()
+    shipped_config = deb_tree / "etc/edgeasr/edgeasr.yaml"
+    shipped_unit = deb_tree / INSTALLED_UNIT.relative_to("/")
+    assert shipped_config.read_bytes() == (REPO / "config/edgeasr.yaml").read_bytes()
+    assert shipped_unit.read_bytes() == (REPO / "systemd/edgeasr.service").read_bytes()
     assert not (deb_tree / "opt").exists()  # the venv is built there at install time, not shipped
 
     wheels = deb_tree / "usr/lib/edgeasr/wheels"
@@ -111,7 +112,7 @@ def test_payload(deb_tree):
     assert numpy.split("-")[1].startswith("1."), "HailoRT 4.x needs numpy < 2"
 
 
-def service_process(cmd: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess:
+def service_process(cmd: list[str]) -> subprocess.CompletedProcess:
     """`cmd` as systemd would start it from the installed unit: its user with the groups
     initgroups() gives it, its Environment=, $STATE_DIRECTORY, umask, cwd and system call
     filter (the cgroup device policy and mount namespace cannot be reproduced here)."""
@@ -121,7 +122,6 @@ def service_process(cmd: list[str], env_extra: dict[str, str]) -> subprocess.Com
            "LOGNAME": "edgeasr", "LANG": "C.UTF-8", "STATE_DIRECTORY": str(STATE),
            "CONFIGURATION_DIRECTORY": "/etc/edgeasr"}
     env.update(value.split("=", 1) for value in settings["Environment"])
-    env.update(env_extra)
     return run(
         cmd, env=env, cwd="/", user=user.pw_uid, group=user.pw_gid,
         extra_groups=os.getgrouplist("edgeasr", user.pw_gid), umask=int(settings["UMask"][0], 8),
@@ -155,8 +155,10 @@ def test_install_check_purge(deb, tiny_bundle, dev_dir, dev_manifest, readable_d
         verify = run(["systemd-analyze", "verify", "--man=no", "edgeasr.service"])
         assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
 
-        version = service_process(["/usr/bin/edgeasr", "--version"], {})
-        assert version.returncode == 0, version.stderr
+        from edgeasr import __version__
+
+        version = service_process(["/usr/bin/edgeasr", "--version"])
+        assert (version.returncode, version.stdout.strip()) == (0, f"edgeasr {__version__}"), version.stderr
 
         # A prepared bundle where bundles live on the device, and a file-source config.
         bundle = STATE / "models" / "tiny.en"
@@ -173,12 +175,12 @@ def test_install_check_purge(deb, tiny_bundle, dev_dir, dev_manifest, readable_d
             "mqtt": {"host": None},
         }))
         config.chmod(0o644)
-        check = service_process(["/usr/bin/edgeasr", "check", "--config", str(config)], {})
+        check = service_process(["/usr/bin/edgeasr", "check", "--config", str(config)])
         assert check.returncode == 0, check.stdout + check.stderr
 
         # The installed venv (Debian's python3, the wheelhouse's numpy 1.x) really transcribes.
         heard = service_process(["/usr/bin/edgeasr", "transcribe", "--json", "--backend", "onnx",
-                                 "--model", str(bundle), str(wav)], {})
+                                 "--model", str(bundle), str(wav)])
         assert heard.returncode == 0, heard.stderr
         assert wer(clip["reference"], json.loads(heard.stdout)["text"]) <= 0.1
     finally:

@@ -29,14 +29,16 @@ INFO = {"version": "0.0-test", "model": "tiny.en", "backend": "onnx"}
 
 def sample_draft(i: int) -> dict:
     segment, transcription = make_inputs(text=f" utterance {i}")
-    return msgs.build_transcript(segment, transcription, device_id=DEVICE, **{k: INFO[k] for k in ("model", "backend")})
+    return msgs.build_transcript(
+        segment, transcription, device_id=DEVICE, model=INFO["model"], backend=INFO["backend"]
+    )
 
 
-def make_publisher(broker: Broker, state: Path, *, metrics=None, **mqtt: Any) -> MqttPublisher:
+def make_publisher(broker: Broker, state: Path, **mqtt: Any) -> MqttPublisher:
     """A publisher configured the daemon's way: through edgeasr.config (mqtt.* keys)."""
     options = load_config(None, broker.overrides(**mqtt)).mqtt
     outbox = Outbox.in_state_dir(state, options.outbox_max)
-    return MqttPublisher(options, device_id=DEVICE, outbox=outbox, metrics=metrics, **INFO)
+    return MqttPublisher(options, device_id=DEVICE, outbox=outbox, **INFO)
 
 
 def transcripts(sub: Subscriber) -> list[dict]:
@@ -101,7 +103,7 @@ def test_broker_outage_mid_stream_loses_nothing(mosquitto, subscribe, tmp_path):
     pub.close(5)
 
 
-def test_unacknowledged_transcripts_are_replayed_in_order_after_a_broker_crash(mosquitto, subscribe, tmp_path):
+def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mosquitto, subscribe, tmp_path):
     sub = subscribe(mosquitto, [TOPICS.transcript])
     pub = make_publisher(mosquitto, tmp_path / "state").start()
     assert pub.wait_connected(10)
@@ -229,7 +231,7 @@ def test_full_outbox_evicts_oldest_and_counts_during_outage(mosquitto, subscribe
     pub.close(5)
 
 
-def test_tls_with_password_from_credentials_directory(mosquitto_tls, subscribe, tmp_path, monkeypatch, caplog):
+def test_tls_with_password_from_credentials_dir(mosquitto_tls, subscribe, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     creds = tmp_path / "credentials"
     creds.mkdir()
@@ -282,16 +284,15 @@ def test_discovery_hermes_metrics_and_errors(mosquitto, subscribe, tmp_path):
         hermes__enabled=True,
         hermes__site_id="kitchen",
         metrics_interval_s=0.3,
-        metrics=lambda: {"latency_ms": {"p50": 420.0, "p95": 870.0}, "rtf": 0.12, "queue_depth": 0},
     ).start()
+    # the daemon builds its pipeline after the publisher and then hands over its metrics
+    pub.metrics = lambda: {"latency_ms": {"p50": 420.0, "p95": 870.0}, "rtf": 0.12, "queue_depth": 0}
     assert pub.wait_connected(10)
     pub.publish(sample_draft(0))
     pub.publish_error("encoder timeout", context="hailo")
     discovery_topic = msgs.ha_discovery_topic("homeassistant", DEVICE)
-    assert sub.wait_for(
-        lambda s: all(s.on(t) for t in (discovery_topic, msgs.HERMES_TEXT_CAPTURED_TOPIC, TOPICS.metrics, TOPICS.error)),
-        10,
-    )
+    expected = (discovery_topic, msgs.HERMES_TEXT_CAPTURED_TOPIC, TOPICS.metrics, TOPICS.error)
+    assert sub.wait_for(lambda s: all(s.on(t) for t in expected), 10)
     validator("haSensorConfig").validate(sub.on(discovery_topic)[0].json())
     hermes = sub.on(msgs.HERMES_TEXT_CAPTURED_TOPIC)[0].json()
     validator("hermesTextCaptured").validate(hermes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -42,8 +43,8 @@ notifier.ready("listening on file input; tiny.en on onnx")
 watchdog = Watchdog(notifier, progress)
 assert watchdog.start()
 time.sleep(run_for)
-notifier.stopping()
 watchdog.stop()
+notifier.stopping()
 stop.set()
 """
 
@@ -107,7 +108,7 @@ def test_ready_status_watchdog_stopping_reach_the_socket(notify_socket):
     assert datagrams[-1] == "STOPPING=1\nSTATUS=stopping: finishing the current speech"
     pings = [t for t, _, d in received if d == "WATCHDOG=1"]
     assert len(pings) >= 6  # every 0.2 s (half of WATCHDOG_USEC) for 1.6 s
-    gaps = [b - a for a, b in zip(pings, pings[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(pings)]
     assert max(gaps) < 0.4  # never a whole WATCHDOG_USEC without a ping
 
 
@@ -115,7 +116,9 @@ def test_a_stalled_worker_stops_the_pings(notify_socket):
     _, received = run_daemon(notify_socket, stall_after=0.6, run_for=2.4)
     datagrams = [d for _, _, d in received]
     stalled = next(i for i, d in enumerate(datagrams) if d.startswith("STATUS=stalled"))
-    assert datagrams[stalled] == "STATUS=stalled: worker made no progress in the last 0.2 s; watchdog pings withheld"
+    assert datagrams[stalled] == (
+        "STATUS=stalled: worker made no progress in the last 0.2 s; watchdog pings withheld"
+    )
     assert datagrams[:stalled].count("WATCHDOG=1") >= 3  # healthy at first
     after = datagrams[stalled + 1 :]
     assert "WATCHDOG=1" not in after and after[-1].startswith("STOPPING=1")

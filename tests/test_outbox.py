@@ -101,7 +101,8 @@ def test_threads_append_and_remove_concurrently(tmp_path: Path):
                 if outbox.remove(entry.seq):
                     removed.append(entry.seq)
 
-    threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)] + [threading.Thread(target=consumer)]
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)]
+    threads.append(threading.Thread(target=consumer))
     for t in threads:
         t.start()
     for t in threads:

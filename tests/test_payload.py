@@ -22,7 +22,7 @@ from edgeasr.errors import OutputError
 from edgeasr.outbox import Outbox
 from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcription
 
-T0 = dt.datetime(2025, 3, 1, 12, 0, 5, 250_000, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 3, 1, 12, 0, 5, 250_000, tzinfo=dt.UTC)
 
 
 def validator(definition: str | None = None) -> jsonschema.Draft202012Validator:
@@ -63,9 +63,15 @@ def make_inputs(text: str = " Hello there, general.", seconds: float = 2.5, end_
     return segment, transcription
 
 
+def draft(segment: SpeechSegment, transcription: Transcription) -> dict:
+    return msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b")
+
+
 def make_transcript(**kwargs) -> dict:
     segment, transcription = make_inputs(**kwargs)
-    draft = msgs.build_transcript(segment, transcription, device_id="kitchen-pi", model="tiny.en", backend="onnx")
+    draft = msgs.build_transcript(
+        segment, transcription, device_id="kitchen-pi", model="tiny.en", backend="onnx"
+    )
     return msgs.finish(draft, now_mono=segment.speech_end_mono + 0.4321, seq=7)
 
 
@@ -140,9 +146,8 @@ def test_status_error_metrics_messages():
     validator("status").validate(msgs.status_message("offline"))
     assert not validator("status").is_valid({"state": "online"})  # online names what runs
     validator("error").validate(msgs.error_message("encoder timeout", device_id="d1", context="hailo"))
-    metrics = msgs.metrics_message(
-        "d1", {"latency_ms": {"p50": 410.0, "p95": 900.0}, "outbox": {"depth": 0, "evicted": 0, "rejected": 0, "connected": True}}
-    )
+    outbox = {"depth": 0, "evicted": 0, "rejected": 0, "connected": True}
+    metrics = msgs.metrics_message("d1", {"latency_ms": {"p50": 410.0, "p95": 900.0}, "outbox": outbox})
     validator("metrics").validate(metrics)
     assert not validator("metrics").is_valid(msgs.metrics_message("d1", {}))
 
@@ -178,7 +183,7 @@ def test_stdout_publisher_writes_one_flushed_line_per_transcript():
     stream = io.StringIO()
     publisher = msgs.StdoutPublisher(stream)
     for _ in range(3):
-        publisher.publish(msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b"))
+        publisher.publish(draft(segment, transcription))
     publisher.close(1.0)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3
@@ -196,7 +201,7 @@ def test_stdout_publisher_seq_survives_restart_through_the_outbox(tmp_path: Path
         stream = io.StringIO()
         publisher = msgs.StdoutPublisher(stream, next_seq=outbox.next_seq)
         for _ in range(2):
-            publisher.publish(msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b"))
+            publisher.publish(draft(segment, transcription))
         outbox.close()
         seqs += [json.loads(line)["seq"] for line in stream.getvalue().splitlines()]
     assert seqs == [1, 2, 3, 4]

@@ -23,6 +23,7 @@ from edgeasr import __version__
 from edgeasr.bundle import FORMAT, MANIFEST, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError
 from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
+from edgeasr.models.hailo_decoder import KEPT_AS_IS
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,9 @@ def _simplify(path: Path) -> None:
     import onnx
     from onnxsim import simplify
 
-    model, ok = simplify(onnx.load(str(path)))
+    # keep one MatMul per projection (no q/k/v fusion, no MatMul+Add -> Gemm rewrites):
+    # the graph stays the shape the Hailo DFC's parser and our weight naming expect
+    model, ok = simplify(onnx.load(str(path)), skipped_optimizers=list(KEPT_AS_IS))
     if not ok:
         raise ModelError(f"{path.name}: onnxsim could not validate the simplified graph")
     # onnxsim leaves some weights in Constant nodes; parsers (the Hailo DFC's among them)
@@ -229,8 +232,8 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     if hailo_decoder:
         from edgeasr.models.hailo_decoder import export_hailo_decoder
 
-        steps.run("Hailo decoder (fixed length)", export_hailo_decoder, ckpt, out, n_positions)
-        files["hailo_decoder"] = "hailo_decoder.onnx"
+        files.update(steps.run("Hailo decoder (fixed length)", export_hailo_decoder, ckpt, out,
+                               n_positions))
     shutil.copyfile(ckpt.tokenizer_json, out / "tokenizer.json")
     files["tokenizer"] = "tokenizer.json"
 

@@ -146,7 +146,8 @@ def _fused_module(name: str, consumers: dict, names: dict[str, str]) -> str | No
     if len(parents) != 1:
         return None
     leaves = {m.rsplit(".", 1)[1] for m in modules}
-    fused = "qkv" if len(split.output) == 3 and leaves <= {"q", "k", "v"} else "_".join(sorted(leaves)) + "_fused"
+    qkv = len(split.output) == 3 and leaves <= {"q", "k", "v"}
+    fused = "qkv" if qkv else "_".join(sorted(leaves)) + "_fused"
     return f"{parents.pop()}.{fused}"
 
 
