@@ -124,7 +124,7 @@ class VadOptions:
     aggressiveness: int = opt(2, Range(0, 3))
     frame_ms: int = opt(30, OneOf((10, 20, 30)))
     pre_roll_ms: int = opt(300, NON_NEGATIVE)
-    hangover_ms: int = opt(500, NON_NEGATIVE)
+    hangover_ms: int = opt(900, NON_NEGATIVE)
     min_speech_ms: int = opt(250, NON_NEGATIVE)
     max_window_s: float | None = opt(None, POSITIVE)
     cut_search_s: float = opt(2.0, POSITIVE)
