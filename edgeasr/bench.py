@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import datetime as dt
 import json
+import os
 import platform
 import resource
 import statistics
@@ -280,7 +281,7 @@ def main(args: argparse.Namespace) -> int:
     args.model = args.model or bundle.root
     references = {u["id"]: u["reference"] for u in read_set(args.set_dir, args.limit)}
     report = {"date": dt.date.today().isoformat(),
-              "machine": f"{platform.machine()}, {platform.processor() or platform.platform()}",
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
               "threads": args.threads, "model": bundle.name, "utterances": len(references),
               "rows": {}, "presets": {}}
     for row in [r for r in args.rows.split(",") if r]:
