@@ -87,7 +87,8 @@ def _run_engine(engine, audio) -> dict:
     r = engine.transcribe(audio)
     total = (time.monotonic() - t0) * 1e3
     return {"text": r.text, "total_ms": total, "encoder_ms": r.timings_ms["encoder"],
-            "decoder_ms": r.timings_ms["decoder"], "tokens": r.tokens, "runaway": r.runaway_windows}
+            "decoder_ms": r.timings_ms["decoder"], "tokens": r.tokens, "runaway": r.runaway_windows,
+            "windows": r.windows}
 
 
 def _full_npu(bundle, args):
@@ -102,7 +103,8 @@ def _full_npu(bundle, args):
     spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
 
     def run(audio) -> dict:  # fixed 10 s chunks, as Hailo's app walks long audio
-        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "tokens": 0, "runaway": 0}
+        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "tokens": 0, "runaway": 0,
+               "windows": 0}
         t0 = time.monotonic()
         for start in range(0, len(audio), spec.n_samples):
             t1 = time.monotonic()
@@ -110,6 +112,7 @@ def _full_npu(bundle, args):
             t2 = time.monotonic()
             tokens = decoder.decode(feats)
             out["encoder_ms"] += (t2 - t1) * 1e3
+            out["windows"] += 1
             out["decoder_ms"] += (time.monotonic() - t2) * 1e3
             out["tokens"] += len(tokens) + 1
             out["runaway"] += int(len(tokens) >= decoder.max_new_tokens)
@@ -136,7 +139,7 @@ def _faster_whisper(bundle, args):
         segments, _ = model.transcribe(audio, beam_size=1, language="en", vad_filter=False)
         text = "".join(s.text for s in segments)
         return {"text": text, "total_ms": (time.monotonic() - t0) * 1e3, "encoder_ms": None,
-                "decoder_ms": None, "tokens": None, "runaway": 0}
+                "decoder_ms": None, "tokens": None, "runaway": 0, "windows": None}
 
     return run
 
@@ -201,9 +204,12 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
 
     tokens = sum(r["tokens"] or 0 for r in res)
     dec = sum(r["decoder_ms"] or 0 for r in res)
+    windows = sum(r["windows"] or 0 for r in res)
+    per_window = sorted(r["encoder_ms"] / r["windows"] for r in res if r["windows"])
     return {
         "utterances": len(res),
         "encoder_ms_median": med("encoder_ms"), "decoder_ms_median": med("decoder_ms"),
+        "encoder_ms_per_window": round(statistics.median(per_window), 1) if windows else None,
         "total_ms_median": round(statistics.median(totals), 1),
         "total_ms_p90": round(totals[min(len(totals) - 1, int(0.9 * len(totals)))], 1),
         "decoder_ms_per_token": round(dec / tokens, 2) if tokens else None,
@@ -225,9 +231,10 @@ def _child(args, row: str, preset: str = "balanced") -> dict:
 
 
 def markdown(report: dict) -> str:
-    cols = ["encoder_ms_median", "decoder_ms_median", "total_ms_median", "total_ms_p90",
-            "decoder_ms_per_token", "wer", "cer", "peak_rss_mb"]
-    head = "| row | enc ms | dec ms | total ms (median) | total ms (p90) | dec ms/token | WER | CER | peak RSS MB |"
+    cols = ["encoder_ms_per_window", "encoder_ms_median", "decoder_ms_median", "total_ms_median",
+            "total_ms_p90", "decoder_ms_per_token", "wer", "cer", "peak_rss_mb"]
+    head = ("| row | enc ms/window | enc ms | dec ms | total ms (median) | total ms (p90) | dec ms/token"
+            " | WER | CER | peak RSS MB |")
     lines = [head, "|" + "---|" * (len(cols) + 1)]
     for name, row in report["rows"].items():
         if "skipped" in row:

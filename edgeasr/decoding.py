@@ -148,7 +148,7 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     session.start(audio_features, options.encoder_padding)
     t1 = time.monotonic()
     logits = session.step([tok.sot])
-    no_speech_prob = float(np.exp(rules.log_softmax(logits)[tok.no_speech]))
+    no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
     language = "en"
     if bundle.multilingual:
         language = options.language or _detect_language(logits, bundle)
@@ -166,7 +166,7 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
         for rule in chain:
             rule.apply(logits, tokens)
         token = int(np.argmax(logits))
-        logprobs.append(float(rules.log_softmax(logits)[token]))
+        logprobs.append(float(logits[token]) - rules.logsumexp(logits))
         if token == tok.eot:
             hit_cap = False
             break

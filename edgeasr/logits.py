@@ -19,9 +19,9 @@ class LogitFilter(Protocol):
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None: ...
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
+def logsumexp(x: np.ndarray) -> float:
     m = np.max(x)
-    return x - m - np.log(np.sum(np.exp(x - m)))
+    return float(m + np.log(np.sum(np.exp(x - m)))) if np.isfinite(m) else float(m)
 
 
 class SuppressTokens:
@@ -75,9 +75,8 @@ class TimestampRules:
         if not tokens:  # start with a timestamp, and an early one
             logits[:b] = NEG_INF
             logits[b + self.max_initial_index + 1 :] = NEG_INF
-        lp = log_softmax(logits)
-        ts_lp = np.logaddexp.reduce(lp[b:])
-        if ts_lp > np.max(lp[:b]):
+        # the softmax normaliser cancels: compare the timestamps' joint mass with the best text token
+        if logsumexp(logits[b:]) > np.max(logits[:b]):
             logits[:b] = NEG_INF
 
 
@@ -105,7 +104,7 @@ class EosBoost:
         self.eot, self.log_threshold = eot, float(np.log(threshold))
 
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
-        if tokens and log_softmax(logits)[self.eot] >= self.log_threshold:
+        if tokens and logits[self.eot] - logsumexp(logits) >= self.log_threshold:
             keep = logits[self.eot]
             logits[:] = NEG_INF
             logits[self.eot] = keep

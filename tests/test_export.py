@@ -106,3 +106,28 @@ def test_cached_decoder_matches_transformers_generate(tiny_bundle, reference, de
     got = greedy_no_timestamps(bundle, DecoderSession(bundle, "fp32", 2), features)
     assert len(expected) > 3
     assert got == expected
+
+
+def test_hugging_face_directory_imports_to_the_same_bundle(tiny_checkpoint, reference, tiny_bundle, tmp_path):
+    """A user's Hugging Face Whisper dir (safetensors) gives the same graphs as the CT2 source."""
+    import shutil
+
+    from edgeasr.models.export import import_model
+
+    hf_dir = tmp_path / "hf"
+    full = hf_model(tiny_checkpoint)  # 1500 positions, as a real Hugging Face checkpoint
+    full.save_pretrained(hf_dir)
+    shutil.copyfile(tiny_bundle / "tokenizer.json", hf_dir / "tokenizer.json")
+    (hf_dir / "generation_config.json").write_text(json.dumps({
+        "suppress_tokens": tiny_checkpoint.suppress_tokens,
+        "begin_suppress_tokens": tiny_checkpoint.begin_suppress_tokens,
+        "alignment_heads": tiny_checkpoint.alignment_heads}))
+    out = tmp_path / "bundle"
+    manifest = import_model([str(hf_dir)], out, hailo_decoder=False)
+    assert manifest["source"]["kind"] == "huggingface" and manifest["name"] == "whisper-tiny.en"
+    ours = json.loads((tiny_bundle / "manifest.json").read_text())
+    assert manifest["tokens"] == ours["tokens"] and manifest["suppress_tokens"] == ours["suppress_tokens"]
+    mel = np.random.default_rng(0).standard_normal((1, 1, 1000, 80)).astype(np.float32)
+    a = ort.InferenceSession(str(out / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(tiny_bundle / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    assert np.max(np.abs(a.run(None, {"mel": mel})[0] - b.run(None, {"mel": mel})[0])) < 1e-5

@@ -92,12 +92,8 @@ def resolve_source(specs: list[str]) -> tuple[list[Path], dict]:
         if path.is_dir():
             dirs.append(path.resolve())
             continue
-        names = [spec]
-        part = re.fullmatch(r"(.+)-part\d+", spec)
-        stem = part.group(1) if part else spec
-        siblings = [f"{stem}-part{i}" for i in range(1, 10)]
-        if not _package_dirs(spec) and any(_package_dirs(s) for s in siblings) or part:
-            names = [s for s in siblings if _package_dirs(s)]
+        stem = re.sub(r"-part\d+$", "", spec)  # a split package brings its sibling parts
+        names = [n for n in (f"{stem}-part{i}" for i in range(1, 10)) if _package_dirs(n)] or [spec]
         found = [d for n in names for d in _package_dirs(n)]
         if not found:
             raise MissingInputError(

@@ -1,0 +1,32 @@
+"""`edgeasr bench` on a few real utterances: every row reports, skipped rows say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgeasr", "bench", "--set", str(dev_dir), "--model", str(tiny_bundle),
+         "--limit", "3", "--rows", "10s-int8,hybrid-hailo,full-npu-ref,faster-whisper",
+         "--out", str(out), "--plot", str(png)],
+        capture_output=True, text=True, cwd=REPO, timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert "Hailo" in rows["hybrid-hailo"]["skipped"]
+    for name in ("10s-int8", "full-npu-ref", "faster-whisper"):
+        row = rows[name]
+        assert row["utterances"] == 3 and 0 <= row["wer"] < 0.5 and row["peak_rss_mb"] > 50, name
+        assert row["total_ms_median"] > 0
+    assert rows["10s-int8"]["encoder_ms_per_window"] > 0 and rows["10s-int8"]["decoder_ms_per_token"] > 0
+    assert set(report["presets"]) == {"conservative", "balanced", "aggressive"}
+    assert "| 10 s int8 CPU (default) |" in proc.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
