@@ -148,7 +148,12 @@ class Transcriber:
         return pieces, result, advance, verdict
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
-        """The pieces to keep and how many samples of the window they account for."""
+        """The pieces to keep (up to where the text starts repeating itself: a short window
+        makes the decoder run on past the speech) and how many samples they account for."""
+        pieces, advance = self._closed(result, chunk, last)
+        return trim_repeats(pieces), advance
+
+    def _closed(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
         sr = self.spec.sample_rate
         pieces = split_segments(result, self.bundle.tokens.timestamp_begin,
                                 self.bundle.audio.seconds_per_position)
@@ -161,7 +166,7 @@ class Transcriber:
             good.append(p)
         if not good:
             # no usable timestamp: keep the text up to where it starts repeating
-            return [trim_loop(p) for p in pieces[:1]], len(chunk)
+            return pieces[:1], len(chunk)
         if len(good) > 1 and good[-1].end > len(chunk) / sr - EDGE_S:
             good.pop()  # closed by the window edge, maybe mid-word: decode it again
         elif len(good) == len(pieces) and not result.hit_cap:
@@ -170,12 +175,27 @@ class Transcriber:
         return good, (len(chunk) if advance < MIN_ADVANCE_S * sr else min(advance, len(chunk)))
 
 
-def trim_loop(piece: _Piece, n: int = 4) -> _Piece:
-    """Cut a piece where an n-token phrase comes back: what follows is a decoding loop."""
-    seen: set[tuple[int, ...]] = set()
-    for i in range(len(piece.tokens) - n + 1):
-        gram = tuple(piece.tokens[i : i + n])
-        if gram in seen:
-            return _Piece(piece.start, piece.end, piece.tokens[:i], piece.logprobs[:i])
-        seen.add(gram)
-    return piece
+ADJACENT_REPEAT = 4  # tokens: a phrase said again at once ("by a similar process, by a similar process")
+DISTANT_REPEAT = 6  # tokens: a longer phrase coming back anywhere in the window
+
+
+def trim_repeats(pieces: list[_Piece]) -> list[_Piece]:
+    """Cut where the window's text starts repeating itself: a short window makes the decoder
+    run on past the speech. Shorter phrases may recur in real speech ("it was here that ...,
+    it was here that ..."), so only an immediate repeat or a long one counts."""
+    flat = [(i, j) for i, p in enumerate(pieces) for j in range(len(p.tokens))]
+    text = [pieces[i].tokens[j] for i, j in flat]
+    last_start: dict[tuple[int, ...], int] = {}
+    long_seen: set[tuple[int, ...]] = set()
+    for k in range(len(text)):
+        short, long = tuple(text[k : k + ADJACENT_REPEAT]), tuple(text[k : k + DISTANT_REPEAT])
+        prev = last_start.get(short)
+        if (len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1) or (
+            len(long) == DISTANT_REPEAT and long in long_seen
+        ):
+            i, j = flat[k]
+            cut = _Piece(pieces[i].start, pieces[i].end, pieces[i].tokens[:j], pieces[i].logprobs[:j])
+            return pieces[:i] + ([cut] if cut.tokens else [])
+        last_start[short] = k
+        long_seen.add(long)
+    return pieces
