@@ -81,12 +81,18 @@ class Bundle:
         return role in self.manifest["files"]
 
 
-def sha256_file(path: Path) -> str:
+def sha256_files(paths: list[Path]) -> str:
+    """sha256 of the files' concatenation (a split model.bin hashes as the whole)."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
+    for path in paths:
+        with path.open("rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
     return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    return sha256_files([path])
 
 
 def file_entry(root: Path, name: str) -> dict:

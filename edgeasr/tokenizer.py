@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tokenizers import Tokenizer as _HfTokenizer
 
 from edgeasr.bundle import Bundle
@@ -14,10 +12,6 @@ class Tokenizer:
         self._tok = _HfTokenizer.from_file(str(bundle.path("tokenizer")))
         self.tokens = bundle.tokens
         self._language_of = {i: lang for lang, i in bundle.tokens.languages.items()}
-
-    @classmethod
-    def from_file(cls, path: Path, bundle: Bundle) -> "Tokenizer":
-        return cls(bundle)
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
         """Text of the ordinary tokens; special and timestamp tokens are left out."""

@@ -101,8 +101,6 @@ class Transcriber:
             n_tokens += len(result.tokens)
             runaway += int(result.hit_cap)
             language = result.language
-            if not final and reaches_end and advance >= len(chunk):
-                advance = len(chunk)  # all closed: the caller's next audio starts a new window
             if verdict is not None and self.on_gate_fail != "keep":
                 dropped += 1
                 pieces = []

@@ -8,7 +8,6 @@ Nothing here downloads anything.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import re
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeasr.bundle import sha256_files
 from edgeasr.errors import MissingInputError, ModelError
 from edgeasr.models.ct2 import dequantize, read_model_bin
 
@@ -53,13 +53,6 @@ class Checkpoint:
     source: dict = field(default_factory=dict)  # kind, paths, package, sha256
 
 
-def sha256_files(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        with p.open("rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- source resolution

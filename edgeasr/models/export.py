@@ -17,7 +17,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 from edgeasr import __version__
 from edgeasr.bundle import FORMAT, MANIFEST, file_entry
@@ -169,7 +168,6 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     _prepare_out(out, force)
     steps = _Steps(total=8 + int(with_30s) + int(hailo_decoder))
     t_start = time.monotonic()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
     n_frames = int(round(window_s * SAMPLE_RATE / HOP_LENGTH))
@@ -193,7 +191,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
         steps.run("encoder 30 s", encoder, full, "encoder_30s.onnx")
         files["encoder_30s"] = "encoder_30s.onnx"
 
-    L, H = d.decoder_layers, d.decoder_heads
+    L = d.decoder_layers
     feats = torch.zeros(1, n_positions, d.d_model)
 
     def cross_kv() -> None:
