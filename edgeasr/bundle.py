@@ -16,7 +16,7 @@ from pathlib import Path
 from edgeasr.errors import MissingInputError, ModelError
 
 MANIFEST = "manifest.json"
-FORMAT = "edgeasr-bundle/1"
+FORMAT = "edgeasr-bundle/2"  # 2: per-layer cache tensors in the decoder step
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelError(f"{mpath}: unreadable manifest ({exc})") from exc
     if m.get("format") != FORMAT:
-        raise ModelError(f"{mpath}: format {m.get('format')!r} is not {FORMAT!r}")
+        raise ModelError(f"{mpath}: format {m.get('format')!r} is not {FORMAT!r} "
+                         "(re-create it with `edgeasr models import`)")
     for role, entry in m["files"].items():
         p = root / entry["path"]
         if not p.is_file():

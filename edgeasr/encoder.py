@@ -55,7 +55,7 @@ def ort_session(path: Path, threads: int):
     # the largest input seen; peak RSS 254 -> 202 MB on the dev set at the same speed
     opts.enable_cpu_mem_arena = False
     opts.enable_mem_pattern = False
-    # three sessions take turns on the same cores: a pool that spins after its run steals
+    # four sessions take turns on the same cores: a pool that spins after its run steals
     # the CPU from the next one (measured: encoder 75 -> 36 ms per window, 4.5 -> 3.4 ms/token)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

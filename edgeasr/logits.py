@@ -104,7 +104,9 @@ class EosBoost:
         self.eot, self.log_threshold = eot, float(np.log(threshold))
 
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
-        if tokens and logits[self.eot] - logsumexp(logits) >= self.log_threshold:
+        if not tokens or logits[self.eot] - np.max(logits) < self.log_threshold:
+            return  # p(eot) <= exp(eot - max): below the threshold, skip the full softmax
+        if logits[self.eot] - logsumexp(logits) >= self.log_threshold:
             keep = logits[self.eot]
             logits[:] = NEG_INF
             logits[self.eot] = keep

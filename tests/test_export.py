@@ -108,6 +108,27 @@ def test_cached_decoder_matches_transformers_generate(tiny_bundle, reference, de
     assert got == expected
 
 
+def test_padding_without_the_padding_rows_matches_transformers(tiny_bundle, reference, dev_dir):
+    """Padding the encoder output to 700 positions is done as one zero row plus a score
+    bias (DecoderSession.start): the logits equal transformers' on 200 real zero rows."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokens
+    prompt = [tok.sot, tok.no_timestamps, 440, 1110]  # two text tokens: self-attention has a past
+    with torch.no_grad():
+        features = reference.model.encoder(torch.from_numpy(hf_mel(dev_dir, CLIPS[1]))).last_hidden_state
+        padded = torch.cat([features, torch.zeros(1, 200, features.shape[2])], dim=1)
+        expected = reference(encoder_outputs=(padded,), decoder_input_ids=torch.tensor([prompt])
+                             ).logits[0, -1].numpy()
+        unpadded = reference(encoder_outputs=(features,), decoder_input_ids=torch.tensor([prompt])
+                             ).logits[0, -1].numpy()
+    session = DecoderSession(bundle, "fp32", 2)
+    session.start(features.numpy(), padding=700)
+    session.step(prompt[:2])
+    got = session.step(prompt[2:])
+    assert np.max(np.abs(got - expected)) < 1e-3
+    assert np.max(np.abs(unpadded - expected)) > 1e-2  # the padding does change the logits
+
+
 def test_hugging_face_directory_imports_to_the_same_bundle(tiny_checkpoint, reference, tiny_bundle, tmp_path):
     """A user's Hugging Face Whisper dir (safetensors) gives the same graphs as the CT2 source."""
     import shutil

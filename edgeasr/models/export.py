@@ -166,7 +166,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
 
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=8 + int(with_30s) + int(hailo_decoder))
+    steps = _Steps(total=9 + int(with_30s) + int(hailo_decoder))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -207,17 +207,23 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
               out / "decoder_cross.int8.onnx")
     files["decoder_cross_int8"] = "decoder_cross.int8.onnx"
 
+    step_inputs, step_outputs = tw.step_io_names(L)
+
     def step(quantized: bool, name: str) -> None:
         module = tw.DecoderStep(ckpt, quantized_embedding=quantized)
         with torch.no_grad():
             ck, cv = tw.CrossKV(ckpt)(feats)
+        past = torch.zeros(3, d.d_model)
+        per_layer = [t for i in range(L) for t in (past, past, ck[i], cv[i])]
         args = (torch.tensor([[ckpt_tokens["sot"], ckpt_tokens["no_timestamps"]]]),
-                torch.tensor([0]), torch.zeros(3, L, 2, d.d_model), ck, cv)
-        dyn = {"tokens": {1: "n"}, "self_kv": {0: "past"}, "cross_k": {3: "positions"},
-               "cross_v": {2: "positions"}, "new_kv": {0: "n"}}
+                torch.tensor([0]), torch.zeros(n_positions), *per_layer)
+        dyn = {"tokens": {1: "n"}, "cross_bias": {0: "positions"}}
+        for i in range(L):
+            dyn.update({f"self_k{i}": {0: "past"}, f"self_v{i}": {0: "past"},
+                        f"cross_k{i}": {2: "positions"}, f"cross_v{i}": {1: "positions"},
+                        f"new_k{i}": {0: "n"}, f"new_v{i}": {0: "n"}})
         target = out / (name + ".tmp" if quantized else name)
-        _export(torch, module, args, target, ["tokens", "offset", "self_kv", "cross_k", "cross_v"],
-                ["logits", "new_kv"], DECODER_OPSET, dyn)
+        _export(torch, module, args, target, step_inputs, step_outputs, DECODER_OPSET, dyn)
         if quantized:
             _quantize(target, out / name)
             target.unlink()
@@ -227,6 +233,15 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     files["decoder_step"] = "decoder_step.onnx"
     steps.run("decoder step int8", step, True, "decoder_step.int8.onnx")
     files["decoder_step_int8"] = "decoder_step.int8.onnx"
+
+    def head() -> None:
+        _export(torch, tw.DecoderHead(ckpt), (torch.zeros(1, d.d_model),), out / "decoder_head.onnx",
+                ["hidden"], ["logits"], DECODER_OPSET)
+        _quantize(out / "decoder_head.onnx", out / "decoder_head.int8.onnx")
+
+    steps.run("decoder head, fp32 and int8", head)
+    files["decoder_head"] = "decoder_head.onnx"
+    files["decoder_head_int8"] = "decoder_head.int8.onnx"
     if hailo_decoder:
         from edgeasr.models.hailo_decoder import export_hailo_decoder
 
@@ -261,8 +276,8 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
                 "encoder": {"inputs": {"mel": [1, 1, n_frames, d.n_mels]},
                             "outputs": {"audio_features": [1, n_positions, d.d_model]}},
                 "decoder_cross": {"inputs": ["audio_features"], "outputs": ["cross_k", "cross_v"]},
-                "decoder_step": {"inputs": ["tokens", "offset", "self_kv", "cross_k", "cross_v"],
-                                 "outputs": ["logits", "new_kv"]},
+                "decoder_step": {"inputs": step_inputs, "outputs": step_outputs},
+                "decoder_head": {"inputs": ["hidden"], "outputs": ["logits"]},
             },
             "export_timings_s": steps.timings,
             "files": {role: file_entry(out, name) for role, name in files.items()},

@@ -155,7 +155,7 @@ class _DecoderLayer(nn.Module):
         self.cross_attn = _Projections(state, f"{p}.encoder_attn", heads)
         self.mlp = _Mlp(state, p)
 
-    def forward(self, x, past_k, past_v, mask, cross_k, cross_v):
+    def forward(self, x, mask, past_k, past_v, cross_k, cross_v, cross_bias):
         a = self.self_attn
         h = self.norm1(x)[0]  # [n, d]
         k_new, v_new = a.k(h), a.v(h)
@@ -165,16 +165,33 @@ class _DecoderLayer(nn.Module):
         x = x + a.out(a.merge(w @ v))
         c = self.cross_attn
         q = c.split(c.q(self.norm2(x)[0]) * c.scale)
-        x = x + c.out(c.merge(torch.softmax(q @ cross_k, dim=-1) @ cross_v))
+        x = x + c.out(c.merge(torch.softmax(q @ cross_k + cross_bias, dim=-1) @ cross_v))
         return self.mlp(x), k_new, v_new
 
 
-class DecoderStep(nn.Module):
-    """One cached decoder call for n new tokens (the prompt, then 1 token per step).
+def step_io_names(layers: int) -> tuple[list[str], list[str]]:
+    """Inputs and outputs of the decoder step graph: one cache tensor per layer and kind,
+    so that every one is a contiguous slice of the host's buffers (no copy, no Split)."""
+    per_layer = [f"{kind}{i}" for i in range(layers) for kind in ("self_k", "self_v", "cross_k", "cross_v")]
+    outputs = ["hidden"] + [f"{kind}{i}" for i in range(layers) for kind in ("new_k", "new_v")]
+    return ["tokens", "offset", "cross_bias", *per_layer], outputs
 
-    self_kv [P, L, 2, d] holds the P cached positions, position-major so that the host's
-    preallocated [n_text_ctx, L, 2, d] buffer passes its first P rows without a copy.
-    Returns logits of the last position [1, n_vocab] and new_kv [n, L, 2, d] to append.
+
+def _int8_rows(table: np.ndarray) -> tuple[Tensor, Tensor]:
+    """Symmetric int8 with one scale per row."""
+    scale = np.maximum(np.abs(table).max(axis=1, keepdims=True), 1e-8) / 127.0
+    return torch.from_numpy(np.round(table / scale).astype(np.int8)), _t(scale)
+
+
+class DecoderStep(nn.Module):
+    """One cached decoder call for n new tokens (the prompt, then 1 token per step), up to
+    the final layer norm; DecoderHead turns its output into logits.
+
+    Per layer i: self_k{i}, self_v{i} [P, d] are the P cached positions; cross_k{i}
+    [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from CrossKV; cross_bias [T]
+    is added to the cross-attention scores (it stands in for zero padding rows, see
+    DecoderSession). Returns the last position's hidden state [1, d] and new_k{i},
+    new_v{i} [n, d] to append to the cache.
     With quantized_embedding, the token table is int8 with a per-row scale (the fp32
     table alone would be the largest tensor of the runtime).
     """
@@ -185,13 +202,11 @@ class DecoderStep(nn.Module):
         emb = s["model.decoder.embed_tokens.weight"]
         self.quantized_embedding = quantized_embedding
         if quantized_embedding:
-            scale = np.maximum(np.abs(emb).max(axis=1, keepdims=True), 1e-8) / 127.0
-            self.register_buffer("embed_q", torch.from_numpy(np.round(emb / scale).astype(np.int8)))
-            self.register_buffer("embed_scale", _t(scale))
-            # a separate [d, V] projection for MatMul, which dynamic int8 quantization handles
-            self.register_buffer("proj_t", _t(s["proj_out.weight"]).t().contiguous())
+            q, scale = _int8_rows(emb)
+            self.register_buffer("embed_q", q)
+            self.register_buffer("embed_scale", scale)
         else:
-            self.register_buffer("embed", _t(emb))  # shared by Gather and Gemm(transB)
+            self.register_buffer("embed", _t(emb))
         self.register_buffer("positions", _t(s["model.decoder.embed_positions.weight"]))
         self.layers = nn.ModuleList(
             _DecoderLayer(s, f"model.decoder.layers.{i}", d.decoder_heads)
@@ -199,8 +214,8 @@ class DecoderStep(nn.Module):
         )
         self.norm = _Norm(s, "model.decoder.layer_norm")
 
-    def forward(self, tokens, offset, self_kv, cross_k, cross_v):
-        n, past = tokens.shape[1], self_kv.shape[0]
+    def forward(self, tokens, offset, cross_bias, *per_layer):
+        n, past = tokens.shape[1], per_layer[0].shape[0]
         steps = torch.arange(n, dtype=torch.int64)
         if self.quantized_embedding:
             x = self.embed_q[tokens[0]].float() * self.embed_scale[tokens[0]]
@@ -210,15 +225,23 @@ class DecoderStep(nn.Module):
         # causal mask over [cached | new]: new token i sees cached + new[0..i]
         cols = torch.arange(past + n, dtype=torch.int64)
         mask = torch.where(cols[None, :] > (past + steps)[:, None], float("-inf"), 0.0)
-        new_k, new_v = [], []
+        new = []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, self_kv[:, i, 0], self_kv[:, i, 1], mask, cross_k[i], cross_v[i])
-            new_k.append(k)
-            new_v.append(v)
-        last = self.norm(x[:, -1])  # [1, d]
-        if self.quantized_embedding:
-            logits = last @ self.proj_t
-        else:
-            logits = F.linear(last, self.embed)
-        new_kv = torch.stack([torch.stack(new_k), torch.stack(new_v)], dim=1)  # [L, 2, n, d]
-        return logits, new_kv.permute(2, 0, 1, 3)
+            x, k, v = layer(x, mask, *per_layer[4 * i : 4 * i + 4], cross_bias)
+            new += [k, v]
+        return (self.norm(x[:, -1]), *new)  # [1, d], new_k0, new_v0, ...
+
+
+class DecoderHead(nn.Module):
+    """hidden [1, d] -> logits [1, n_vocab]: the projection onto the (tied) token table.
+
+    A graph of its own because it is most of a step's work and the only part worth a
+    second thread (the step's many small ops run faster on one)."""
+
+    def __init__(self, ckpt: Checkpoint) -> None:
+        super().__init__()
+        # [d, V]: MatMul's weight layout, which dynamic int8 quantization handles
+        self.register_buffer("proj_t", _t(ckpt.state["proj_out.weight"]).t().contiguous())
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return hidden @ self.proj_t
