@@ -130,7 +130,7 @@ class Daemon:
         notifier = SystemdNotifier()
         notifier.status("loading the model")
         bundle = open_bundle(cfg.model.path, cache_dir=cfg.state_dir / "models")
-        engine = build_transcriber(bundle, engine_settings(cfg))
+        engine = build_transcriber(bundle, engine_settings(cfg), cfg.vad)
         self.engine = engine
         backend = engine.encoder.backend
         source = open_source(cfg)

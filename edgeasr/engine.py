@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edgeasr import __version__
 from edgeasr.bundle import MANIFEST, Bundle, load_bundle
+from edgeasr.config import VadOptions
 from edgeasr.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,13 @@ def open_bundle(path: Path | None, cache_dir: Path | None = None) -> Bundle:
     return load_bundle(Path(path) if path else embedded_default(cache_dir))
 
 
-def build_transcriber(bundle: Bundle, s: EngineSettings):
+def build_transcriber(bundle: Bundle, s: EngineSettings, vad: VadOptions | None = None):
+    """The engine; `vad` sets how long audio is cut into windows at pauses (as the daemon's
+    segmenter cuts)."""
     from edgeasr.decoding import DecoderSession, preset_options
     from edgeasr.encoder import create_encoder
     from edgeasr.gates import default_gates
+    from edgeasr.segmenter import PauseFinder
     from edgeasr.transcriber import Transcriber
 
     options = preset_options(
@@ -91,4 +95,5 @@ def build_transcriber(bundle: Bundle, s: EngineSettings):
                              s.hailo_timeout_ms, s.hailo_scheduler, s.hailo_service_group)
     decoder = DecoderSession(bundle, s.decoder_precision, s.decoder_threads)
     gates = default_gates(s.logprob_threshold, s.no_speech_threshold, s.compression_ratio_threshold)
-    return Transcriber(bundle, encoder, decoder, options, gates, s.on_gate_fail)
+    return Transcriber(bundle, encoder, decoder, options, gates, s.on_gate_fail,
+                       pauses=PauseFinder(vad or VadOptions()))

@@ -185,7 +185,8 @@ class Pipeline:
             segment = dataclasses.replace(segment, start_sample=carry[1].start_sample,
                                           start_utc=carry[1].start_utc)
         t0 = time.monotonic()
-        result = self.engine.transcribe(audio, final=not segment.cut)
+        # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
+        result = self.engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause)
         busy = time.monotonic() - t0
         self.stats.segments += 1
         self.stats.audio_s += len(audio) / SAMPLE_RATE

@@ -5,9 +5,9 @@ Audio is judged in VAD frames (10/20/30 ms). A segment opens on the first speech
 than `hangover_ms`, and closes with that hangover included. Segments with less than
 `min_speech_ms` of speech frames are dropped (counted). A segment never exceeds the
 model's window: at the limit it is cut after the quietest frame of the last
-`cut_search_s` (non-speech frames first) and the next segment continues from exactly
-that sample, so the pieces concatenate to the original audio (`cut=True` on all but
-the last). Everything is held in preallocated frame arrays of one window.
+`cut_search_s` (non-speech frames first: `cut_in_pause`) and the next segment continues
+from exactly that sample, so the pieces concatenate to the original audio (`cut=True`
+on all but the last). Everything is held in preallocated frame arrays of one window.
 
 Silero (vad.detector: silero) is not offered: the `silero-vad` package's ONNX model runs
 on onnxruntime alone, but the package itself requires torch to install and to import.
@@ -51,6 +51,36 @@ class SegmenterCounters:
 
 def _frames(ms: float, frame_ms: int) -> int:
     return math.ceil(ms / frame_ms)
+
+
+def quietest_frame(speech: np.ndarray, energy: np.ndarray) -> tuple[int, bool]:
+    """Where to cut a span of VAD frames: its quietest non-speech frame (True: a pause, so
+    no word spans the cut), or its quietest frame when every one is speech (False)."""
+    quiet = np.flatnonzero(~speech)
+    if len(quiet):
+        return int(quiet[np.argmin(energy[quiet])]), True
+    return int(np.argmin(energy)), False
+
+
+class PauseFinder:
+    """The segmenter's cut rule for audio that is already in memory (files): where in its
+    last `search_s` seconds a window can end in a pause."""
+
+    def __init__(self, options: VadOptions, detector: SpeechDetector | None = None) -> None:
+        self._n = SAMPLE_RATE * options.frame_ms // 1000
+        self._search = max(1, _frames(options.cut_search_s * 1000, options.frame_ms))
+        self._detector = detector or WebRtcDetector(options.aggressiveness)
+
+    def find(self, audio: np.ndarray) -> int | None:
+        """Samples up to the end of the pause frame to cut after, or None if no pause."""
+        n_frames = len(audio) // self._n
+        lo = max(0, n_frames - self._search)
+        frames = (np.clip(audio[lo * self._n : n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
+        frames = frames.reshape(-1, self._n)
+        speech = np.array([self._detector.is_speech(f) for f in frames], dtype=bool)
+        energy = np.mean(np.square(frames, dtype=np.float32), axis=1)
+        k, pause = quietest_frame(speech, energy)
+        return (lo + k + 1) * self._n if pause else None
 
 
 class Segmenter:
@@ -170,12 +200,9 @@ class Segmenter:
     def _cut(self) -> SpeechSegment:
         """Split the full window after its quietest frame near the end."""
         lo = self._count - self._search
-        quiet = np.flatnonzero(~self._speech[lo : self._count])
-        if len(quiet):
-            k = lo + int(quiet[np.argmin(self._energy[lo : self._count][quiet])])
-        else:
-            k = lo + int(np.argmin(self._energy[lo : self._count]))
-        seg = self._segment(k + 1, cut=True)
+        k, pause = quietest_frame(self._speech[lo : self._count], self._energy[lo : self._count])
+        k += lo
+        seg = self._segment(k + 1, cut=True, in_pause=pause)
         self._speech_mono = seg.speech_end_mono  # for a continuation holding no speech
         self._counters.cuts += 1
         self._drop_front(k + 1)
@@ -194,7 +221,7 @@ class Segmenter:
         self._silence_run = 0
         return seg
 
-    def _segment(self, n_frames: int, cut: bool) -> SpeechSegment:
+    def _segment(self, n_frames: int, cut: bool, in_pause: bool = False) -> SpeechSegment:
         start = self._first
         end = start + n_frames * self._n
         spoken = np.flatnonzero(self._speech[:n_frames])
@@ -208,6 +235,7 @@ class Segmenter:
             end_utc=self._clock.utc(end),
             speech_end_mono=speech_end_mono,
             cut=cut,
+            cut_in_pause=in_pause,
             seq=self._seq,
         )
         self._seq += 1

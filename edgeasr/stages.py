@@ -37,6 +37,7 @@ class SpeechSegment:
     end_utc: dt.datetime
     speech_end_mono: float  # time.monotonic() when the last speech sample was captured
     cut: bool = False  # True when cut at the window limit while speech went on
+    cut_in_pause: bool = False  # ... and cut in a pause the VAD found: no word spans the cut
     seq: int = 0  # segment number in this stream
 
     @property

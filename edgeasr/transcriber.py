@@ -1,9 +1,11 @@
 """Speech -> text: walk the audio window by window, seeking on timestamps.
 
-Each window is decoded with timestamps. Greedy decoding loops when speech runs into the
-window edge (measured; padding the encoder output does not help), so a window whose
-audio goes on keeps only its segments closed by a timestamp and the next window starts
-at the last complete timestamp. The last window of final audio keeps everything.
+When the audio goes on past a window, the window ends in a pause if the VAD finds one in
+its last seconds (the segmenter's cut rule, `PauseFinding`), and is then decoded as
+complete. Otherwise it is decoded with timestamps: greedy decoding loops when speech runs
+into the window edge (measured; padding the encoder output does not help), so such a
+window keeps only its segments closed by a timestamp and the next window starts at the
+last complete timestamp. The last window of final audio keeps everything.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -63,15 +66,21 @@ def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_posit
     return pieces
 
 
+class PauseFinding(Protocol):
+    def find(self, audio: np.ndarray) -> int | None: ...
+
+
 class Transcriber:
     def __init__(self, bundle: Bundle, encoder: Encoder, decoder: DecoderSession,
                  options: DecodingOptions, gates=None, on_gate_fail: str = "drop",
-                 retry_options: DecodingOptions | None = None) -> None:
+                 retry_options: DecodingOptions | None = None,
+                 pauses: PauseFinding | None = None) -> None:
         if on_gate_fail not in ON_GATE_FAIL:
             raise ConfigError(f"decoder.on_gate_fail: {on_gate_fail!r} is not allowed ({', '.join(ON_GATE_FAIL)})")
         self.bundle, self.encoder, self.decoder, self.options = bundle, encoder, decoder, options
         self.gates = gates if gates is not None else default_gates()
         self.on_gate_fail = on_gate_fail
+        self.pauses = pauses
         self.retry_options = retry_options or preset_options(
             "conservative", language=options.language, task=options.task)
         self.tokenizer = Tokenizer(bundle)
@@ -88,6 +97,12 @@ class Transcriber:
         while len(audio) - seek >= MIN_WINDOW_S * sr:
             chunk = audio[seek : seek + window]
             reaches_end = seek + window >= len(audio)
+            complete = reaches_end and final
+            if not reaches_end and self.pauses is not None:
+                # speech goes on past the window: end it in a pause if there is one
+                cut = self.pauses.find(chunk)
+                if cut is not None and cut >= MIN_ADVANCE_S * sr:
+                    chunk, complete = chunk[:cut], True
             t0 = time.monotonic()
             mel = log_mel(chunk, self.spec)
             t1 = time.monotonic()
@@ -95,7 +110,7 @@ class Transcriber:
             t2 = time.monotonic()
             timings["features"] += (t1 - t0) * 1e3
             timings["encoder"] += (t2 - t1) * 1e3
-            pieces, result, advance, verdict = self._decode(features, chunk, reaches_end and final)
+            pieces, result, advance, verdict = self._decode(features, chunk, complete)
             timings["decoder"] += result.timings_ms["decoder"]
             windows += 1
             n_tokens += len(result.tokens)

@@ -14,7 +14,7 @@ import soundfile as sf
 
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
-from edgeasr.segmenter import Segmenter
+from edgeasr.segmenter import PauseFinder, Segmenter
 from edgeasr.sources import StreamClock
 from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechSegment
 
@@ -222,3 +222,44 @@ def test_reset_starts_a_new_stream():
 def test_window_too_short_for_pre_roll_is_a_config_error():
     with pytest.raises(ConfigError, match=r"vad\.max_window_s: 0\.3 is not allowed"):
         Segmenter(VadOptions(), 0.3, StreamClock())
+
+
+class AlwaysSpeech:
+    def is_speech(self, frame: np.ndarray) -> bool:
+        return True
+
+
+def sentence_pause_sentence(pause_s: float = 0.15) -> tuple[np.ndarray, int, int]:
+    """An 8.3 s utterance, a pause that with its trailing quiet stays shorter than the
+    hangover, another utterance; returns
+    the audio and the pause's first and last sample."""
+    a = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
+    b = read(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
+    pad = np.zeros(SAMPLE_RATE // 2, dtype=np.int16)
+    pause = np.zeros(int(pause_s * SAMPLE_RATE), dtype=np.int16)
+    x = np.concatenate([pad, a, pause, b, pad])
+    return x, len(pad) + len(a), len(pad) + len(a) + len(pause)
+
+
+def test_a_cut_in_a_pause_is_marked_and_lies_in_the_pause():
+    x, pause_start, pause_end = sentence_pause_sentence()
+    segments, _ = segment(x)
+    first = segments[0]
+    assert first.cut and first.cut_in_pause
+    assert pause_start < first.end_sample <= pause_end
+    assert not segments[-1].cut and not segments[-1].cut_in_pause
+
+
+def test_a_cut_without_a_pause_is_not_marked():
+    x, _, _ = sentence_pause_sentence()
+    seg = Segmenter(VadOptions(), WINDOW_S, StreamClock(), detector=AlwaysSpeech())
+    out = seg.push(AudioChunk(x, 0, T0_MONO + len(x) / SAMPLE_RATE))
+    assert out and all(s.cut and not s.cut_in_pause for s in out)
+
+
+def test_pause_finder_finds_the_pause_in_audio_in_memory():
+    x, pause_start, pause_end = sentence_pause_sentence()
+    window = (x[: int(WINDOW_S * SAMPLE_RATE)] / 32768.0).astype(np.float32)
+    cut = PauseFinder(VadOptions()).find(window)
+    assert cut is not None and pause_start < cut <= pause_end
+    assert PauseFinder(VadOptions(), detector=AlwaysSpeech()).find(window) is None

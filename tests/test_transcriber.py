@@ -91,3 +91,19 @@ def test_multilingual_bundle_detects_english(base_bundle, dev_dir, dev_manifest)
     assert result.language == "en"
     assert wer(ref, result.text) <= 0.15
     assert re.search(r"[a-z]", result.text.lower())
+
+
+def test_speech_past_the_window_is_cut_in_a_pause(engine, dev_dir, dev_manifest):
+    """Two sentences 0.15 s apart (with their own quiet, 0.6 s), 11.3 s in all: the first
+    window ends in the pause (the
+    segmenter's rule) and both sentences come out whole."""
+    a, b = "ls_test-other_1998-15444-0004", "ls_test-other_1688-142285-0002"
+    pause = np.zeros(2400, np.float32)
+    audio = np.concatenate([clip(dev_dir, a), pause, clip(dev_dir, b)])
+    result = engine.transcribe(audio)
+    pause_at = len(clip(dev_dir, a)) / 16000
+    assert result.windows == 2
+    assert any(abs(s.end - pause_at) < 0.6 for s in result.segments)  # a segment ends in the pause
+    refs = {row["id"]: row["reference"] for row in dev_manifest}
+    reference = refs[a] + " " + refs[b]
+    assert wer(reference, result.text) <= 0.2
