@@ -128,6 +128,7 @@ class VadOptions:
     min_speech_ms: int = opt(250, NON_NEGATIVE)
     max_window_s: float | None = opt(None, POSITIVE)
     cut_search_s: float = opt(2.0, POSITIVE)
+    cut_pause_ms: int = opt(150, POSITIVE)
     # silero-vad is left out: its PyPI package hard-requires torch (see segmenter.py)
     detector: str = opt("webrtc", OneOf(("webrtc",)))
 

@@ -4,8 +4,9 @@ Audio is judged in VAD frames (10/20/30 ms). A segment opens on the first speech
 (with up to `pre_roll_ms` of the audio before it), runs while non-speech stays shorter
 than `hangover_ms`, and closes with that hangover included. Segments with less than
 `min_speech_ms` of speech frames are dropped (counted). A segment never exceeds the
-model's window: at the limit it is cut after the quietest frame of the last
-`cut_search_s` (non-speech frames first: `cut_in_pause`) and the next segment continues
+model's window: a pause of `cut_pause_ms` within `cut_search_s` of the limit is cut
+at once; otherwise at the limit it is cut after the quietest frame of the last
+`cut_search_s` (non-speech frames first: `cut_in_pause`). The next segment continues
 from exactly that sample, so the pieces concatenate to the original audio (`cut=True`
 on all but the last). Everything is held in preallocated frame arrays of one window.
 
@@ -105,6 +106,7 @@ class Segmenter:
         self._hangover = max(1, _frames(options.hangover_ms, fms))
         self._min_speech = _frames(options.min_speech_ms, fms)
         self._search = min(max(1, _frames(options.cut_search_s * 1000, fms)), self._max_frames - 1)
+        self._cut_pause = max(1, _frames(options.cut_pause_ms, fms))
         self._options = options
         self._clock = clock
         self._detector = detector or WebRtcDetector(options.aggressiveness)
@@ -174,7 +176,7 @@ class Segmenter:
 
     def _step(self, frame: np.ndarray, t_mono: float, out: list[SpeechSegment]) -> None:
         if self._open and self._count == self._max_frames:
-            out.append(self._cut())
+            out.append(self._cut(self._count - self._search))
         is_speech = self._detector.is_speech(frame)
         k = self._count
         self._audio[k] = frame
@@ -189,6 +191,12 @@ class Segmenter:
                 self._drop_front(self._count - self._pre_roll)
             return
         self._silence_run = 0 if is_speech else self._silence_run + 1
+        if (self._silence_run == self._cut_pause and self._silence_run < self._hangover
+                and self._count > self._max_frames - self._search):
+            # a pause near the limit: cut in it now rather than at the limit, where the
+            # text spoken before it would wait for the window to fill
+            out.append(self._cut(self._count - self._silence_run))
+            return
         if self._silence_run >= self._hangover:
             closed = self._close()
             if closed is not None:
@@ -197,16 +205,17 @@ class Segmenter:
             else:
                 self._drop_front(self._count - self._pre_roll)
 
-    def _cut(self) -> SpeechSegment:
-        """Split the full window after its quietest frame near the end."""
-        lo = self._count - self._search
+    def _cut(self, lo: int) -> SpeechSegment:
+        """Split the window after its quietest frame from frame `lo` on."""
         k, pause = quietest_frame(self._speech[lo : self._count], self._energy[lo : self._count])
         k += lo
         seg = self._segment(k + 1, cut=True, in_pause=pause)
         self._speech_mono = seg.speech_end_mono  # for a continuation holding no speech
         self._counters.cuts += 1
         self._drop_front(k + 1)
-        self._continuation = True
+        # after a cut mid-speech the next piece is kept whatever it holds (the engine carries
+        # the unfinished words into it); after a pause it is judged like any segment
+        self._continuation = not pause
         spoken = np.flatnonzero(self._speech[: self._count])
         self._silence_run = self._count - 1 - int(spoken[-1]) if len(spoken) else self._count
         return seg

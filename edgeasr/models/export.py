@@ -17,6 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 
 from edgeasr import __version__
 from edgeasr.bundle import FORMAT, MANIFEST, file_entry
@@ -166,7 +167,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
 
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=9 + int(with_30s) + int(hailo_decoder))
+    steps = _Steps(total=10 + int(with_30s) + int(hailo_decoder))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -210,29 +211,32 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     step_inputs, step_outputs = tw.step_io_names(L)
 
     def step(quantized: bool, name: str) -> None:
-        module = tw.DecoderStep(ckpt, quantized_embedding=quantized)
         with torch.no_grad():
             ck, cv = tw.CrossKV(ckpt)(feats)
         past = torch.zeros(3, d.d_model)
         per_layer = [t for i in range(L) for t in (past, past, ck[i], cv[i])]
-        args = (torch.tensor([[ckpt_tokens["sot"], ckpt_tokens["no_timestamps"]]]),
-                torch.tensor([0]), torch.zeros(n_positions), *per_layer)
-        dyn = {"tokens": {1: "n"}, "cross_bias": {0: "positions"}}
+        args = (torch.zeros(2, d.d_model), torch.tensor([0]), torch.zeros(n_positions), *per_layer)
+        dyn = {"token_embeddings": {0: "n"}, "cross_bias": {0: "positions"}}
         for i in range(L):
             dyn.update({f"self_k{i}": {0: "past"}, f"self_v{i}": {0: "past"},
                         f"cross_k{i}": {2: "positions"}, f"cross_v{i}": {1: "positions"},
                         f"new_k{i}": {0: "n"}, f"new_v{i}": {0: "n"}})
         target = out / (name + ".tmp" if quantized else name)
-        _export(torch, module, args, target, step_inputs, step_outputs, DECODER_OPSET, dyn)
+        _export(torch, tw.DecoderStep(ckpt), args, target, step_inputs, step_outputs, DECODER_OPSET, dyn)
         if quantized:
             _quantize(target, out / name)
             target.unlink()
+
+    def embedding() -> None:
+        np.save(out / "token_embedding.npy", ckpt.state["model.decoder.embed_tokens.weight"].astype(np.float32))
 
     ckpt_tokens = special_tokens(ckpt.tokenizer_json, d.n_vocab)
     steps.run("decoder step", step, False, "decoder_step.onnx")
     files["decoder_step"] = "decoder_step.onnx"
     steps.run("decoder step int8", step, True, "decoder_step.int8.onnx")
     files["decoder_step_int8"] = "decoder_step.int8.onnx"
+    steps.run("token embedding table", embedding)
+    files["token_embedding"] = "token_embedding.npy"
 
     def head() -> None:
         _export(torch, tw.DecoderHead(ckpt), (torch.zeros(1, d.d_model),), out / "decoder_head.onnx",

@@ -174,39 +174,25 @@ def step_io_names(layers: int) -> tuple[list[str], list[str]]:
     so that every one is a contiguous slice of the host's buffers (no copy, no Split)."""
     per_layer = [f"{kind}{i}" for i in range(layers) for kind in ("self_k", "self_v", "cross_k", "cross_v")]
     outputs = ["hidden"] + [f"{kind}{i}" for i in range(layers) for kind in ("new_k", "new_v")]
-    return ["tokens", "offset", "cross_bias", *per_layer], outputs
-
-
-def _int8_rows(table: np.ndarray) -> tuple[Tensor, Tensor]:
-    """Symmetric int8 with one scale per row."""
-    scale = np.maximum(np.abs(table).max(axis=1, keepdims=True), 1e-8) / 127.0
-    return torch.from_numpy(np.round(table / scale).astype(np.int8)), _t(scale)
+    return ["token_embeddings", "offset", "cross_bias", *per_layer], outputs
 
 
 class DecoderStep(nn.Module):
     """One cached decoder call for n new tokens (the prompt, then 1 token per step), up to
     the final layer norm; DecoderHead turns its output into logits.
 
-    Per layer i: self_k{i}, self_v{i} [P, d] are the P cached positions; cross_k{i}
-    [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from CrossKV; cross_bias [T]
-    is added to the cross-attention scores (it stands in for zero padding rows, see
-    DecoderSession). Returns the last position's hidden state [1, d] and new_k{i},
-    new_v{i} [n, d] to append to the cache.
-    With quantized_embedding, the token table is int8 with a per-row scale (the fp32
-    table alone would be the largest tensor of the runtime).
+    token_embeddings [n, d] are the tokens' rows of the token table, looked up by the host
+    in a memory-mapped file (only the rows used become resident; the table is the largest
+    tensor of the model). Per layer i: self_k{i}, self_v{i} [P, d] are the P cached
+    positions; cross_k{i} [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from
+    CrossKV; cross_bias [T] is added to the cross-attention scores (it stands in for zero
+    padding rows, see DecoderSession). Returns the last position's hidden state [1, d] and
+    new_k{i}, new_v{i} [n, d] to append to the cache.
     """
 
-    def __init__(self, ckpt: Checkpoint, quantized_embedding: bool = False) -> None:
+    def __init__(self, ckpt: Checkpoint) -> None:
         super().__init__()
         s, d = ckpt.state, ckpt.dims
-        emb = s["model.decoder.embed_tokens.weight"]
-        self.quantized_embedding = quantized_embedding
-        if quantized_embedding:
-            q, scale = _int8_rows(emb)
-            self.register_buffer("embed_q", q)
-            self.register_buffer("embed_scale", scale)
-        else:
-            self.register_buffer("embed", _t(emb))
         self.register_buffer("positions", _t(s["model.decoder.embed_positions.weight"]))
         self.layers = nn.ModuleList(
             _DecoderLayer(s, f"model.decoder.layers.{i}", d.decoder_heads)
@@ -214,14 +200,10 @@ class DecoderStep(nn.Module):
         )
         self.norm = _Norm(s, "model.decoder.layer_norm")
 
-    def forward(self, tokens, offset, cross_bias, *per_layer):
-        n, past = tokens.shape[1], per_layer[0].shape[0]
+    def forward(self, token_embeddings, offset, cross_bias, *per_layer):
+        n, past = token_embeddings.shape[0], per_layer[0].shape[0]
         steps = torch.arange(n, dtype=torch.int64)
-        if self.quantized_embedding:
-            x = self.embed_q[tokens[0]].float() * self.embed_scale[tokens[0]]
-        else:
-            x = self.embed[tokens[0]]
-        x = (x + self.positions[offset + steps])[None]  # [1, n, d]
+        x = (token_embeddings + self.positions[offset + steps])[None]  # [1, n, d]
         # causal mask over [cached | new]: new token i sees cached + new[0..i]
         cols = torch.arange(past + n, dtype=torch.int64)
         mask = torch.where(cols[None, :] > (past + steps)[:, None], float("-inf"), 0.0)
