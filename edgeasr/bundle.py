@@ -16,7 +16,9 @@ from pathlib import Path
 from edgeasr.errors import MissingInputError, ModelError
 
 MANIFEST = "manifest.json"
-FORMAT = "edgeasr-bundle/2"  # 2: per-layer cache tensors in the decoder step
+FORMAT = "edgeasr-bundle/2"  # 2: per-layer decoder cache tensors, separate head and token table
+# The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
+TOKEN_TABLE_ROLE = "token_embedding"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Greedy Whisper decoding of one window on the CPU, with a KV cache.
 
-`DecoderSession` runs the bundle's two decoder graphs through onnxruntime: the
-cross-attention K/V once per window, then one step per token. The self-attention cache
-is a preallocated [layers, 2, n_text_ctx, d_model] buffer: each step reads the first P
-rows of every layer's K and V in place and onnxruntime writes the new rows straight after
-them (IOBinding), so nothing is copied per token. `decode_window` is the greedy loop with the logit rules.
+`DecoderSession` runs the bundle's three decoder graphs through onnxruntime: the
+cross-attention K/V once per window, then per token the step (fed the token's row of
+the token table) and the head (the vocabulary projection). The self-attention cache is
+a preallocated [layers, 2, n_text_ctx, d_model] buffer: each step reads the first P rows
+of every layer's K and V in place and onnxruntime writes the new rows straight after
+them (IOBinding), so nothing is copied per token. `decode_window` is the greedy loop
+with the logit rules.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeasr import logits as rules
-from edgeasr.bundle import Bundle
+from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
 from edgeasr.encoder import ort_session
 from edgeasr.errors import ConfigError, ModelError
 
@@ -115,7 +117,7 @@ class DecoderSession:
         self.head_session = ort_session(bundle.path("decoder_head" + suffix), threads)
         # per layer, self-attention K and V: the first `length` rows are filled
         self.cache = np.zeros((bundle.decoder_layers, 2, bundle.n_text_ctx, bundle.d_model), np.float32)
-        self.embedding = TableRows(bundle.path("token_embedding"))
+        self.embedding = TableRows(bundle.path(TOKEN_TABLE_ROLE))
         self.hidden = np.zeros((1, bundle.d_model), np.float32)
         self.logits = np.zeros((1, bundle.n_vocab), np.float32)
         self.binding = self.step_session.io_binding()

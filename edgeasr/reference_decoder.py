@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeasr import logits as rules
-from edgeasr.bundle import Bundle
+from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
 from edgeasr.encoder import ort_session
 from edgeasr.errors import ConfigError, ModelError
 
 # The graph's contract (written by edgeasr.models.hailo_decoder).
 GRAPH_ROLE = "hailo_decoder"
-EMBEDDING_ROLE = "hailo_decoder_embedding"
+EMBEDDING_ROLE = TOKEN_TABLE_ROLE  # the bundle's one token table
 FEATURES_INPUT = "encoder_hidden_states"  # [1, T, d]: the encoder HEF's output (input_layer1)
 EMBEDDINGS_INPUT = "token_embeddings"  # [1, 1, L, d]: host-side lookup (input_layer2)
 PAD_TOKEN = 0  # fills the unused tail of the sequence; the causal mask hides it

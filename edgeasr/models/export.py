@@ -17,13 +17,11 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 from edgeasr import __version__
 from edgeasr.bundle import FORMAT, MANIFEST, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError
 from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
-from edgeasr.models.hailo_decoder import KEPT_AS_IS
+from edgeasr.models.hailo_decoder import KEPT_AS_IS, export_hailo_decoder, write_token_table
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +165,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
 
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=10 + int(with_30s) + int(hailo_decoder))
+    steps = _Steps(total=10 + int(with_30s))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -227,16 +225,11 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
             _quantize(target, out / name)
             target.unlink()
 
-    def embedding() -> None:
-        np.save(out / "token_embedding.npy", ckpt.state["model.decoder.embed_tokens.weight"].astype(np.float32))
-
     ckpt_tokens = special_tokens(ckpt.tokenizer_json, d.n_vocab)
     steps.run("decoder step", step, False, "decoder_step.onnx")
     files["decoder_step"] = "decoder_step.onnx"
     steps.run("decoder step int8", step, True, "decoder_step.int8.onnx")
     files["decoder_step_int8"] = "decoder_step.int8.onnx"
-    steps.run("token embedding table", embedding)
-    files["token_embedding"] = "token_embedding.npy"
 
     def head() -> None:
         _export(torch, tw.DecoderHead(ckpt), (torch.zeros(1, d.d_model),), out / "decoder_head.onnx",
@@ -246,11 +239,11 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     steps.run("decoder head, fp32 and int8", head)
     files["decoder_head"] = "decoder_head.onnx"
     files["decoder_head_int8"] = "decoder_head.int8.onnx"
-    if hailo_decoder:
-        from edgeasr.models.hailo_decoder import export_hailo_decoder
-
-        files.update(steps.run("Hailo decoder (fixed length)", export_hailo_decoder, ckpt, out,
-                               n_positions))
+    if hailo_decoder:  # it writes the token table too (its host looks rows up as well)
+        files.update(steps.run("Hailo decoder (fixed length) and token table", export_hailo_decoder,
+                               ckpt, out, n_positions))
+    else:
+        files.update(steps.run("token table", write_token_table, ckpt, out))
     shutil.copyfile(ckpt.tokenizer_json, out / "tokenizer.json")
     files["tokenizer"] = "tokenizer.json"
 

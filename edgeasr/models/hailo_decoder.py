@@ -40,7 +40,7 @@ N_OUTPUT_SPLITS = 4  # the vocabulary MatMul in 4 parts, as in Hailo's decoder H
 SEQUENCE_LENGTHS = {384: 32, 512: 24}
 
 ONNX_NAME = "hailo_decoder.onnx"
-EMBEDDING_NAME = "hailo_decoder_embedding.npy"
+EMBEDDING_NAME = "token_embedding.npy"
 INPUTS = (FEATURES_INPUT, EMBEDDINGS_INPUT)  # the runtime's contract (edgeasr.reference_decoder)
 OUTPUTS = tuple(f"logits_{i}" for i in range(N_OUTPUT_SPLITS))
 KEPT_AS_IS = (  # onnxsim passes not run
@@ -162,6 +162,11 @@ def export_hailo_decoder(ckpt: Checkpoint, out_dir: Path, n_positions: int,
     t1 = time.monotonic()
     _simplify(out_dir / ONNX_NAME)
     log.info("Hailo decoder: export %.1f s, onnxsim %.1f s", t1 - t0, time.monotonic() - t1)
+    return {GRAPH_ROLE: ONNX_NAME, **write_token_table(ckpt, out_dir)}
+
+
+def write_token_table(ckpt: Checkpoint, out_dir: Path) -> dict[str, str]:
+    """The token table as float32 .npy, which the host reads by rows (both decoders)."""
     table = np.ascontiguousarray(ckpt.state["model.decoder.embed_tokens.weight"], dtype=np.float32)
-    np.save(out_dir / EMBEDDING_NAME, table)
-    return {GRAPH_ROLE: ONNX_NAME, EMBEDDING_ROLE: EMBEDDING_NAME}
+    np.save(Path(out_dir) / EMBEDDING_NAME, table)
+    return {EMBEDDING_ROLE: EMBEDDING_NAME}

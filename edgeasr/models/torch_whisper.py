@@ -181,9 +181,9 @@ class DecoderStep(nn.Module):
     """One cached decoder call for n new tokens (the prompt, then 1 token per step), up to
     the final layer norm; DecoderHead turns its output into logits.
 
-    token_embeddings [n, d] are the tokens' rows of the token table, looked up by the host
-    in a memory-mapped file (only the rows used become resident; the table is the largest
-    tensor of the model). Per layer i: self_k{i}, self_v{i} [P, d] are the P cached
+    token_embeddings [n, d] are the tokens' rows of the token table, which the host reads
+    from token_embedding.npy row by row (the table is the largest tensor of the model and
+    a window uses a few dozen rows). Per layer i: self_k{i}, self_v{i} [P, d] are the P cached
     positions; cross_k{i} [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from
     CrossKV; cross_bias [T] is added to the cross-attention scores (it stands in for zero
     padding rows, see DecoderSession). Returns the last position's hidden state [1, d] and
