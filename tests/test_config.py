@@ -130,6 +130,7 @@ def test_unknown_keys(tmp_path, text, message):
             "decoder.no_speech_threshold: 1.5 is not allowed (0..1)",
         ),
         ("input.ring_s", 0, "input.ring_s: 0 is not allowed (> 0)"),
+        ("vad.cut_pause_ms", 0, "vad.cut_pause_ms: 0 is not allowed (> 0)"),
         ("input.realtime", "yes", "input.realtime: 'yes' is not allowed (true/false)"),
         ("input.device", 1.5, "input.device: 1.5 is not allowed (an integer or a string or null)"),
         ("log.level", "debug", "log.level: 'debug' is not allowed (DEBUG, INFO, WARNING, ERROR)"),

@@ -152,3 +152,14 @@ def test_hugging_face_directory_imports_to_the_same_bundle(tiny_checkpoint, refe
     a = ort.InferenceSession(str(out / "encoder.onnx"), providers=["CPUExecutionProvider"])
     b = ort.InferenceSession(str(tiny_bundle / "encoder.onnx"), providers=["CPUExecutionProvider"])
     assert np.max(np.abs(a.run(None, {"mel": mel})[0] - b.run(None, {"mel": mel})[0])) < 1e-5
+
+
+def test_a_token_table_that_is_not_a_float32_matrix_is_refused(tmp_path):
+    from edgeasr.decoding import TableRows
+    from edgeasr.errors import ModelError
+
+    np.save(tmp_path / "token_embedding.npy", np.zeros((4, 3, 2), np.float32))
+    with pytest.raises(ModelError, match="token_embedding.npy: not a float32"):
+        TableRows(tmp_path / "token_embedding.npy")
+    np.save(tmp_path / "rows.npy", np.arange(12, dtype=np.float32).reshape(4, 3))
+    np.testing.assert_array_equal(TableRows(tmp_path / "rows.npy").rows([2, 0]), [[6, 7, 8], [0, 1, 2]])
