@@ -16,9 +16,13 @@ from pathlib import Path
 from edgeasr.errors import MissingInputError, ModelError
 
 MANIFEST = "manifest.json"
-FORMAT = "edgeasr-bundle/2"  # 2: per-layer decoder cache tensors, separate head and token table
+# 2: per-layer decoder cache tensors, separate head and token table; 3: silence rows
+FORMAT = "edgeasr-bundle/3"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
+# What the encoder outputs past the window for a 30 s input that goes on in silence: one
+# mean row per silence level (manifest `silence_levels`); the decoder pads with it
+SILENCE_ROLE = "silence_rows"
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Bundle:
     decoder_heads: int
     n_text_ctx: int
     n_audio_ctx: int  # positions the decoder was trained on (1500)
+    silence_levels: tuple[float, ...]  # log-mel value of silence, one per row of silence_rows
 
     def path(self, role: str) -> Path:
         """The file for a role (encoder, encoder_int8, decoder_step, tokenizer, ...)."""
@@ -143,6 +148,7 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
             decoder_heads=model["decoder_heads"],
             n_text_ctx=model["n_text_ctx"],
             n_audio_ctx=model["n_audio_ctx"],
+            silence_levels=tuple(m["silence_levels"]),
         )
     except (KeyError, TypeError) as exc:
         raise ModelError(f"{mpath}: incomplete manifest ({exc})") from exc

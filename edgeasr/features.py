@@ -147,7 +147,7 @@ def _frame_view(padded: np.ndarray, spec: MelSpec) -> np.ndarray:
 def _normalise(log_power: np.ndarray) -> np.ndarray:
     """Whisper's dynamic-range clamp over the whole window, then (x + 4) / 4, as NHWC."""
     clamped = np.maximum(log_power, log_power.max() - np.float32(DYNAMIC_RANGE))
-    scaled = (clamped + np.float32(NORM_OFFSET)) / np.float32(NORM_SCALE)
+    scaled = normalised(clamped)
     return scaled[None, None].astype(np.float32, copy=False)
 
 
@@ -180,6 +180,20 @@ def log_mel(audio: np.ndarray, spec: MelSpec) -> np.ndarray:
     padded = np.pad(_zero_padded(_as_samples(audio), spec), spec.pad, mode="reflect")
     frames = _frame_view(padded, spec)[: spec.n_frames]  # the STFT's last frame is dropped
     return _normalise(_log_power(frames, spec))
+
+
+def normalised(log10_power: float) -> float:
+    """A log10 power as the encoder sees it (before the clamp)."""
+    return (log10_power + NORM_OFFSET) / NORM_SCALE
+
+
+SILENCE = float(normalised(np.log10(LOG_FLOOR)))  # zero audio, unclamped: the lowest value there is
+
+
+def silence_level(mel: np.ndarray) -> float:
+    """The value silence has in this window after the clamp: what zero audio appended to
+    it would look like. Whisper's 30 s windows end in such padding."""
+    return max(SILENCE, float(np.max(mel)) - DYNAMIC_RANGE / NORM_SCALE)
 
 
 def bands_first(mel: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import webrtcvad
@@ -65,21 +65,27 @@ def quietest_frame(speech: np.ndarray, energy: np.ndarray) -> tuple[int, bool]:
 
 class PauseFinder:
     """The segmenter's cut rule for audio that is already in memory (files): where in its
-    last `search_s` seconds a window can end in a pause."""
+    last `search_s` seconds a window can end in a pause.
 
-    def __init__(self, options: VadOptions, detector: SpeechDetector | None = None) -> None:
+    webrtcvad adapts to the audio it has judged, so each window gets a fresh detector fed
+    the whole window: the same file then gives the same cuts whatever was read before it.
+    """
+
+    def __init__(self, options: VadOptions,
+                 detector: Callable[[], SpeechDetector] | None = None) -> None:
         self._n = SAMPLE_RATE * options.frame_ms // 1000
         self._search = max(1, _frames(options.cut_search_s * 1000, options.frame_ms))
-        self._detector = detector or WebRtcDetector(options.aggressiveness)
+        self._detector = detector or (lambda: WebRtcDetector(options.aggressiveness))
 
     def find(self, audio: np.ndarray) -> int | None:
         """Samples up to the end of the pause frame to cut after, or None if no pause."""
         n_frames = len(audio) // self._n
         lo = max(0, n_frames - self._search)
-        frames = (np.clip(audio[lo * self._n : n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
+        frames = (np.clip(audio[: n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
         frames = frames.reshape(-1, self._n)
-        speech = np.array([self._detector.is_speech(f) for f in frames], dtype=bool)
-        energy = np.mean(np.square(frames, dtype=np.float32), axis=1)
+        detector = self._detector()
+        speech = np.array([detector.is_speech(f) for f in frames], dtype=bool)[lo:]
+        energy = np.mean(np.square(frames[lo:], dtype=np.float32), axis=1)
         k, pause = quietest_frame(speech, energy)
         return (lo + k + 1) * self._n if pause else None
 

@@ -21,7 +21,7 @@ from edgeasr.bundle import Bundle
 from edgeasr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, preset_options
 from edgeasr.encoder import Encoder
 from edgeasr.errors import ConfigError
-from edgeasr.features import MelSpec, log_mel
+from edgeasr.features import MelSpec, log_mel, silence_level
 from edgeasr.gates import WindowStats, check, compression_ratio, default_gates
 from edgeasr.stages import TextSegment, Transcription
 from edgeasr.tokenizer import Tokenizer
@@ -110,7 +110,7 @@ class Transcriber:
             t2 = time.monotonic()
             timings["features"] += (t1 - t0) * 1e3
             timings["encoder"] += (t2 - t1) * 1e3
-            pieces, result, advance, verdict = self._decode(features, chunk, complete)
+            pieces, result, advance, verdict = self._decode(features, silence_level(mel), chunk, complete)
             timings["decoder"] += result.timings_ms["decoder"]
             windows += 1
             n_tokens += len(result.tokens)
@@ -140,11 +140,11 @@ class Transcriber:
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
                              runaway_windows=runaway, timings_ms=timings)
 
-    def _decode(self, features: np.ndarray, chunk: np.ndarray, last: bool):
+    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool):
         """Decode a window; returns (kept pieces, result, samples consumed, failed gate or None)."""
         options = self.options
         for attempt in range(2):
-            result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate)
+            result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate, silence)
             pieces, advance = self._keep(result, chunk, last)
             text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
             lps = [lp for p in pieces for lp in p.logprobs]
@@ -166,12 +166,25 @@ class Transcriber:
         pieces, advance = self._closed(result, chunk, last)
         return trim_repeats(pieces), advance
 
+    def _stopped_early(self, result: WindowResult, pieces: list[_Piece], chunk: np.ndarray) -> int | None:
+        """Where to go on if the decoder opened a segment and stopped at once ("<6.26><6.26>"
+        then end-of-text) well before the window's end: the speech after it was never
+        transcribed (measured: a pause-cut window lost the 2.5 s after such a stop). openai
+        seeks to that timestamp too."""
+        begin, sr = self.bundle.tokens.timestamp_begin, self.spec.sample_rate
+        if result.hit_cap or len(result.tokens) < 2 or min(result.tokens[-2:]) < begin or not pieces:
+            return None
+        stop = int(pieces[-1].end * sr) if pieces[-1].end is not None else len(chunk)
+        return stop if MIN_ADVANCE_S * sr <= stop <= len(chunk) - MIN_WINDOW_S * sr else None
+
     def _closed(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
         sr = self.spec.sample_rate
         pieces = split_segments(result, self.bundle.tokens.timestamp_begin,
                                 self.bundle.audio.seconds_per_position)
+        stopped_at = self._stopped_early(result, pieces, chunk)
         if last and not result.hit_cap:
-            return pieces, len(chunk)  # the audio ends here: an open tail is complete too
+            # the audio ends here: an open tail is complete too
+            return pieces, stopped_at or len(chunk)
         good: list[_Piece] = []  # closed pieces with believable timestamps, in order
         for p in pieces:
             if p.end is None or p.end - p.start < MIN_S_PER_TOKEN * len(p.tokens):
@@ -183,7 +196,7 @@ class Transcriber:
         if len(good) > 1 and good[-1].end > len(chunk) / sr - EDGE_S:
             good.pop()  # closed by the window edge, maybe mid-word: decode it again
         elif len(good) == len(pieces) and not result.hit_cap:
-            return good, len(chunk)  # ended on a timestamp: the window is done
+            return good, stopped_at or len(chunk)  # ended on a timestamp: the window is done
         advance = int(good[-1].end * sr)
         return good, (len(chunk) if advance < MIN_ADVANCE_S * sr else min(advance, len(chunk)))
 

@@ -13,6 +13,7 @@ from transformers import GenerationMixin, WhisperFeatureExtractor
 
 from edgeasr.bundle import load_bundle
 from edgeasr.decoding import DecoderSession
+from edgeasr.features import SILENCE, silence_level
 from edgeasr.logits import SuppressBlank, SuppressTokens
 from whisper_reference import hf_model
 
@@ -127,6 +128,60 @@ def test_padding_without_the_padding_rows_matches_transformers(tiny_bundle, refe
     got = session.step(prompt[2:])
     assert np.max(np.abs(got - expected)) < 1e-3
     assert np.max(np.abs(unpadded - expected)) > 1e-2  # the padding does change the logits
+
+
+def test_silence_rows_are_the_30s_encoders_output_for_silence(tiny_checkpoint, tiny_bundle):
+    """Each silence row is transformers' 30 s encoder output past the 10 s window, averaged,
+    for an input holding only that level."""
+    bundle = load_bundle(tiny_bundle)
+    rows = np.load(tiny_bundle / "silence_rows.npy")
+    full = hf_model(tiny_checkpoint)
+    assert rows.shape == (len(bundle.silence_levels), bundle.d_model)
+    assert bundle.silence_levels[0] == SILENCE and sorted(bundle.silence_levels) == list(bundle.silence_levels)
+    for i in (0, len(rows) // 2):
+        mel = torch.full((1, bundle.audio.n_mels, 2 * bundle.n_audio_ctx), bundle.silence_levels[i])
+        with torch.no_grad():
+            out = full.model.encoder(mel).last_hidden_state[0, bundle.audio.n_positions:].mean(0).numpy()
+        assert np.max(np.abs(rows[i] - out)) < 1e-3
+    assert np.max(np.abs(rows[0] - rows[-1])) > 0.1  # the level matters
+
+
+def test_padding_with_the_silence_row_matches_transformers(tiny_bundle, reference, dev_dir):
+    """Padding with the silence row of the window's level (one row and a log(count) bias)
+    gives transformers' logits on the features followed by that many copies of the row."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokens
+    prompt = [tok.sot, tok.no_timestamps, 440, 1110]
+    mel = hf_mel(dev_dir, CLIPS[1])
+    level = silence_level(mel)
+    session = DecoderSession(bundle, "fp32", 2)
+    row = torch.from_numpy(session.silence.row(level))
+    with torch.no_grad():
+        features = reference.model.encoder(torch.from_numpy(mel)).last_hidden_state
+        padded = torch.cat([features, row.expand(1, 1000, -1)], dim=1)
+        expected = reference(encoder_outputs=(padded,), decoder_input_ids=torch.tensor([prompt])
+                             ).logits[0, -1].numpy()
+    session.start(features.numpy(), padding=1500, silence=level)
+    session.step(prompt[:2])
+    got = session.step(prompt[2:])
+    assert np.max(np.abs(got - expected)) < 1e-3
+
+
+def test_a_silence_table_of_the_wrong_shape_is_refused(tiny_bundle, tmp_path):
+    import shutil
+
+    from edgeasr.decoding import SilenceRows
+    from edgeasr.errors import ModelError
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle, copy, ignore=shutil.ignore_patterns("*.onnx"))
+    np.save(copy / "silence_rows.npy", np.zeros((3, 384), np.float32))
+    m = json.loads((copy / "manifest.json").read_text())
+    m["files"] = {k: v for k, v in m["files"].items() if not v["path"].endswith(".onnx")}
+    m["files"]["silence_rows"]["bytes"] = (copy / "silence_rows.npy").stat().st_size
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ModelError, match=r"silence_rows.npy: not float32 \[16 silence levels, 384\]"):
+        SilenceRows(load_bundle(copy))
 
 
 def test_hugging_face_directory_imports_to_the_same_bundle(tiny_checkpoint, reference, tiny_bundle, tmp_path):

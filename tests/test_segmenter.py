@@ -262,4 +262,16 @@ def test_pause_finder_finds_the_pause_in_audio_in_memory():
     window = (x[: int(WINDOW_S * SAMPLE_RATE)] / 32768.0).astype(np.float32)
     cut = PauseFinder(VadOptions()).find(window)
     assert cut is not None and pause_start < cut <= pause_end
-    assert PauseFinder(VadOptions(), detector=AlwaysSpeech()).find(window) is None
+    assert PauseFinder(VadOptions(), detector=AlwaysSpeech).find(window) is None
+
+
+def test_pause_finder_does_not_depend_on_what_it_judged_before(dev_dir):
+    """webrtcvad adapts to what it hears: each window gets a fresh one, so a file's cuts do
+    not depend on what was read before it (with one detector kept, this clip's cut moved
+    by 30 ms after another clip)."""
+    window = sf.read(dev_dir / "audio" / "ls_test-other_1998-15444-0000.wav", dtype="float32")[0]
+    window = window[: int(WINDOW_S * SAMPLE_RATE)]
+    finder = PauseFinder(VadOptions())
+    first = finder.find(window)
+    finder.find(sf.read(dev_dir / "audio" / "cmu_goforward.wav", dtype="float32")[0])
+    assert first is not None and finder.find(window) == first

@@ -10,6 +10,7 @@ import pytest
 from conftest import normalize, wer
 from edgeasr.audio import load_audio
 from edgeasr.bundle import load_bundle
+from edgeasr.decoding import WindowResult
 from edgeasr.engine import EngineSettings, build_transcriber
 
 
@@ -107,3 +108,26 @@ def test_speech_past_the_window_is_cut_in_a_pause(engine, dev_dir, dev_manifest)
     refs = {row["id"]: row["reference"] for row in dev_manifest}
     reference = refs[a] + " " + refs[b]
     assert wer(reference, result.text) <= 0.2
+
+
+def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine):
+    """"<0.00> text <6.26><6.26>" then end-of-text with 3.7 s of the window left: the decoder
+    never transcribed the speech after 6.26 s, so the next window starts there (as openai
+    seeks). A window that stops on a single closing timestamp is done."""
+    tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
+    text = engine.tokenizer.encode(" I am free to confess that the")
+
+    def result(tokens):
+        return WindowResult(tokens, [-0.1] * len(tokens), 0.01, "en", hit_cap=False)
+
+    def ts(seconds):
+        return tok.timestamp_begin + round(seconds / per_pos)
+
+    chunk = np.zeros(int(9.96 * sr), np.float32)
+    for last in (True, False):
+        pieces, advance = engine._keep(result([ts(0), *text, ts(6.26), ts(6.26)]), chunk, last)
+        assert advance == int(6.26 * sr) and pieces[0].tokens == text
+        _, advance = engine._keep(result([ts(0), *text, ts(6.26)]), chunk, last)
+        assert advance == len(chunk)
+    _, advance = engine._keep(result([ts(0), *text, ts(9.92), ts(9.92)]), chunk, True)
+    assert advance == len(chunk)  # less than a word's worth left

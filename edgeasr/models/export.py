@@ -17,9 +17,12 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from edgeasr import __version__
-from edgeasr.bundle import FORMAT, MANIFEST, file_entry
+from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError
+from edgeasr.features import SILENCE
 from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
 from edgeasr.models.hailo_decoder import KEPT_AS_IS, export_hailo_decoder, write_token_table
 
@@ -30,6 +33,11 @@ N_FFT = 400
 HOP_LENGTH = 160
 ENCODER_OPSET = 13  # what the Hailo DFC parser accepts
 DECODER_OPSET = 17  # CPU only: native LayerNormalization
+SILENCE_ROWS = "silence_rows.npy"
+# log-mel values of silence to compute rows for: from zero audio unclamped up past the
+# loudest recordings' clamp level (8 decades below their maximum)
+SILENCE_STEP = 0.1
+SILENCE_COUNT = 16
 
 
 def _torch():
@@ -144,6 +152,23 @@ class _Steps:
         self.bar.close()
 
 
+def silence_rows(torch, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
+    """Per silence level, the 30 s encoder's mean output past the window for an input that
+    holds only that level: what the decoder saw there in training (`decoding.SilenceRows`)."""
+    from edgeasr.models import torch_whisper as tw
+
+    d = ckpt.dims
+    levels = [round(SILENCE + i * SILENCE_STEP, 3) for i in range(SILENCE_COUNT)]
+    encoder = tw.Encoder(ckpt, 2 * d.n_audio_ctx)
+    rows = []
+    with torch.no_grad():
+        for level in levels:
+            features = encoder(torch.full((1, 1, 2 * d.n_audio_ctx, d.n_mels), level))
+            rows.append(features[0, n_positions:].mean(0).numpy())
+    np.save(out / SILENCE_ROWS, np.stack(rows).astype(np.float32))
+    return levels
+
+
 def _prepare_out(out: Path, force: bool) -> None:
     if out.exists() and any(out.iterdir()):
         if not force and not (out / MANIFEST).exists():
@@ -165,7 +190,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
 
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=10 + int(with_30s))
+    steps = _Steps(total=11 + int(with_30s))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -189,6 +214,9 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
         full = d.n_audio_ctx * 2
         steps.run("encoder 30 s", encoder, full, "encoder_30s.onnx")
         files["encoder_30s"] = "encoder_30s.onnx"
+
+    levels = steps.run("silence rows", silence_rows, torch, ckpt, n_positions, out)
+    files[SILENCE_ROLE] = SILENCE_ROWS
 
     L = d.decoder_layers
     feats = torch.zeros(1, n_positions, d.d_model)
@@ -269,6 +297,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
             "suppress_tokens": ckpt.suppress_tokens,
             "begin_suppress_tokens": ckpt.begin_suppress_tokens,
             "alignment_heads": ckpt.alignment_heads,
+            "silence_levels": levels,
             "tensors": {
                 "encoder": {"inputs": {"mel": [1, 1, n_frames, d.n_mels]},
                             "outputs": {"audio_features": [1, n_positions, d.d_model]}},
