@@ -4,8 +4,8 @@
 cross-attention K/V once per window, then per token the step (fed the token's row of
 the token table) and the head (the vocabulary projection). The self-attention cache is
 a preallocated [layers, 2, n_text_ctx, d_model] buffer: each step reads the first P rows
-of every layer's K and V in place and onnxruntime writes the new rows straight after
-them (IOBinding), so nothing is copied per token. `decode_window` is the greedy loop
+of every layer's K and V in place (IOBinding by address), and only the step's new rows
+are copied in after it. `decode_window` is the greedy loop
 with the logit rules.
 """
 
@@ -141,8 +141,11 @@ class DecoderSession:
         self.binding = self.step_session.io_binding()
         self.binding.bind_output("hidden", "cpu", 0, np.float32, list(self.hidden.shape),
                                  self.hidden.ctypes.data)
-        self._cache_rows = [(f"self_{kind}{i}", f"new_{kind}{i}", self.cache[i, j].ctypes.data)
-                            for i in range(bundle.decoder_layers) for j, kind in enumerate("kv")]
+        self._past = [(f"self_{kind}{i}", self.cache[i, j].ctypes.data)
+                      for i in range(bundle.decoder_layers) for j, kind in enumerate("kv")]
+        # the new rows land here and are copied into the cache in one go: binding the outputs
+        # once instead of at a new address every step saves ~50 us per token (measured)
+        self._new = np.zeros((bundle.decoder_layers, 2, 0, bundle.d_model), np.float32)
         self.head_binding = self.head_session.io_binding()
         self.head_binding.bind_cpu_input("hidden", self.hidden)
         self.head_binding.bind_output("logits", "cpu", 0, np.float32, list(self.logits.shape),
@@ -179,16 +182,26 @@ class DecoderSession:
         n, p = len(tokens), self.length
         if p + n > self.cache.shape[2]:
             raise ValueError("decoder context is full")
-        b, d, row_bytes = self.binding, self.bundle.d_model, self.cache.strides[2]
+        b, d = self.binding, self.bundle.d_model
         b.bind_cpu_input("token_embeddings", self.embedding.rows(tokens))
         b.bind_cpu_input("offset", np.asarray([p], np.int64))
-        for past, new, address in self._cache_rows:  # by address: no array views per step
-            b.bind_input(past, "cpu", 0, np.float32, [p, d], address)
-            b.bind_output(new, "cpu", 0, np.float32, [n, d], address + p * row_bytes)
+        for name, address in self._past:  # the first p rows, in place: by address, no views
+            b.bind_input(name, "cpu", 0, np.float32, [p, d], address)
+        if self._new.shape[2] != n:
+            self._bind_new_rows(n)
         self.step_session.run_with_iobinding(b)
+        self.cache[:, :, p : p + n] = self._new
         self.head_session.run_with_iobinding(self.head_binding)
         self.length = p + n
         return self.logits[0]
+
+    def _bind_new_rows(self, n: int) -> None:
+        layers, d = self.bundle.decoder_layers, self.bundle.d_model
+        self._new = np.zeros((layers, 2, n, d), np.float32)
+        for i in range(layers):
+            for j, kind in enumerate("kv"):
+                self.binding.bind_output(f"new_{kind}{i}", "cpu", 0, np.float32, [n, d],
+                                         self._new[i, j].ctypes.data)
 
 
 def build_rules(bundle: Bundle, options: DecodingOptions, window_s: float) -> list:
