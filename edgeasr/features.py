@@ -177,9 +177,24 @@ def log_mel(audio: np.ndarray, spec: MelSpec) -> np.ndarray:
 
     audio: float mono at spec.sample_rate, at most one window long (zero-padded to it).
     """
-    padded = np.pad(_zero_padded(_as_samples(audio), spec), spec.pad, mode="reflect")
+    samples = _as_samples(audio)
+    padded = np.pad(_zero_padded(samples, spec), spec.pad, mode="reflect")
     frames = _frame_view(padded, spec)[: spec.n_frames]  # the STFT's last frame is dropped
-    return _normalise(_log_power(frames, spec))
+    # frames that read only the zero padding are silence, one constant: not transformed
+    # (a 5 s utterance in a 10 s window halves the work)
+    live = spec.n_frames
+    if len(samples) + spec.pad < spec.n_samples:  # the end's reflect padding is zeros too
+        live = min(live, -(-(spec.pad + len(samples)) // spec.hop_length))
+    log_power = np.empty((spec.n_frames, spec.n_mels), dtype=np.float32)
+    log_power[:live] = _log_power(frames[:live], spec)
+    log_power[live:] = _silent_frame(spec)
+    return _normalise(log_power)
+
+
+@functools.lru_cache(maxsize=_MAX_CACHED_SPECS)
+def _silent_frame(spec: MelSpec) -> np.ndarray:
+    """log10 mel power of a frame of zeros."""
+    return _log_power(np.zeros((1, spec.n_fft), dtype=np.float32), spec)[0]
 
 
 def normalised(log10_power: float) -> float:
@@ -228,7 +243,7 @@ class MelStream:
         self._lead = -(-spec.pad // spec.hop_length)
         # Frames whose STFT window ends inside the window (the rest read its end padding).
         self._inner = (spec.n_samples - spec.pad) // spec.hop_length + 1
-        self._silence = _log_power(np.zeros((1, spec.n_fft), dtype=np.float32), spec)[0]
+        self._silence = _silent_frame(spec)
         self.reset()
 
     def reset(self) -> None:
