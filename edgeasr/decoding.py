@@ -47,9 +47,10 @@ class DecodingOptions:
 
 # Anti-hallucination presets: padding, penalty, EOS threshold (issue #3; the seed gives
 # 700 as the least padding that helps and 1500 as the safest). Measured on the dev set
-# (2026-11-21): penalties 1.0-1.1 are within noise of each other (tiny numeric changes
-# move the WER by +-0.6 points); 1.05 once duplicated a phrase at a carried window edge
-# of dev_stream_02 (stream WER 15.5 vs 6.3 % at 1.1); 1.2 and padding 800+ are worse.
+# with silence rows as padding (2026-11-21): padding 700, 1000 and 1500 and penalties
+# 1.0-1.1 are within noise of each other (9.8-10.1 %; tiny numeric changes move the WER
+# by +-0.6 points); penalty 1.3 costs 5 points (conservative: 14.6 %). With zero rows,
+# 1.05 once duplicated a phrase at a carried window edge of dev_stream_02.
 PRESETS: dict[str, dict] = {
     "conservative": dict(encoder_padding=1500, repetition_penalty=1.3, eos_threshold=0.3),
     "balanced": dict(encoder_padding=700, repetition_penalty=1.1, eos_threshold=0.5),
