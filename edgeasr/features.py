@@ -144,6 +144,14 @@ def _frame_view(padded: np.ndarray, spec: MelSpec) -> np.ndarray:
     return sliding_window_view(padded, spec.n_fft)[:: spec.hop_length]
 
 
+def normalised(log10_power: float) -> float:
+    """A log10 power as the encoder sees it (before the clamp)."""
+    return (log10_power + NORM_OFFSET) / NORM_SCALE
+
+
+SILENCE = float(normalised(np.log10(LOG_FLOOR)))  # zero audio, unclamped: the lowest value there is
+
+
 def _normalise(log_power: np.ndarray) -> np.ndarray:
     """Whisper's dynamic-range clamp over the whole window, then (x + 4) / 4, as NHWC."""
     clamped = np.maximum(log_power, log_power.max() - np.float32(DYNAMIC_RANGE))
@@ -180,29 +188,28 @@ def log_mel(audio: np.ndarray, spec: MelSpec) -> np.ndarray:
     samples = _as_samples(audio)
     padded = np.pad(_zero_padded(samples, spec), spec.pad, mode="reflect")
     frames = _frame_view(padded, spec)[: spec.n_frames]  # the STFT's last frame is dropped
-    # frames that read only the zero padding are silence, one constant: not transformed
-    # (a 5 s utterance in a 10 s window halves the work)
-    live = spec.n_frames
-    if len(samples) + spec.pad < spec.n_samples:  # the end's reflect padding is zeros too
-        live = min(live, -(-(spec.pad + len(samples)) // spec.hop_length))
+    # silent frames are one constant: not transformed (a 5 s utterance in a 10 s window
+    # halves the work)
+    silent = _silent(np.arange(spec.n_frames) * spec.hop_length, len(samples), spec)
     log_power = np.empty((spec.n_frames, spec.n_mels), dtype=np.float32)
-    log_power[:live] = _log_power(frames[:live], spec)
-    log_power[live:] = _silent_frame(spec)
+    log_power[~silent] = _log_power(frames[~silent], spec)
+    log_power[silent] = _silent_frame(spec)
     return _normalise(log_power)
+
+
+def _silent(left: np.ndarray, m: int, spec: MelSpec) -> np.ndarray:
+    """Which frames, by first sample in the padded window, read only zero padding when the
+    window holds m samples of audio."""
+    # The end's reflect padding mirrors samples from n_samples - 1 - pad on.
+    end_pad_silent = m <= spec.n_samples - 1 - spec.pad
+    clear_of_end_pad = left + spec.n_fft <= spec.pad + spec.n_samples
+    return (left >= spec.pad + m) & (end_pad_silent | clear_of_end_pad)
 
 
 @functools.lru_cache(maxsize=_MAX_CACHED_SPECS)
 def _silent_frame(spec: MelSpec) -> np.ndarray:
     """log10 mel power of a frame of zeros."""
     return _log_power(np.zeros((1, spec.n_fft), dtype=np.float32), spec)[0]
-
-
-def normalised(log10_power: float) -> float:
-    """A log10 power as the encoder sees it (before the clamp)."""
-    return (log10_power + NORM_OFFSET) / NORM_SCALE
-
-
-SILENCE = float(normalised(np.log10(LOG_FLOOR)))  # zero audio, unclamped: the lowest value there is
 
 
 def silence_level(mel: np.ndarray) -> float:
@@ -355,9 +362,5 @@ class MelStream:
         if m == 0:
             return np.empty(0, dtype=np.intp)
         tail = np.arange(self._stored_end(), spec.n_frames)
-        left = tail * spec.hop_length  # each frame's first sample in the padded window
-        # The end's reflect padding mirrors samples from n_samples - 1 - pad on.
-        end_pad_silent = m <= spec.n_samples - 1 - spec.pad
-        clear_of_end_pad = left + spec.n_fft <= spec.pad + spec.n_samples
-        silent = (left >= spec.pad + m) & (end_pad_silent | clear_of_end_pad)
+        silent = _silent(tail * spec.hop_length, m, spec)
         return np.concatenate([np.arange(min(self._lead, spec.n_frames)), tail[~silent]])
