@@ -221,11 +221,13 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     L = d.decoder_layers
     feats = torch.zeros(1, n_positions, d.d_model)
 
+    cross_outputs = tw.cross_io_names(L)
+
     def cross_kv() -> None:
+        dyn = {"audio_features": {1: "positions"}}
+        dyn.update({name: {2 if name.startswith("cross_k") else 1: "positions"} for name in cross_outputs})
         _export(torch, tw.CrossKV(ckpt), (feats,), out / "decoder_cross.onnx", ["audio_features"],
-                ["cross_k", "cross_v"], DECODER_OPSET,
-                {"audio_features": {1: "positions"}, "cross_k": {3: "positions"},
-                 "cross_v": {2: "positions"}})
+                cross_outputs, DECODER_OPSET, dyn)
         _simplify(out / "decoder_cross.onnx")
 
     steps.run("cross-attention K/V", cross_kv)
@@ -238,9 +240,9 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
 
     def step(quantized: bool, name: str) -> None:
         with torch.no_grad():
-            ck, cv = tw.CrossKV(ckpt)(feats)
+            cross = tw.CrossKV(ckpt)(feats)
         past = torch.zeros(3, d.d_model)
-        per_layer = [t for i in range(L) for t in (past, past, ck[i], cv[i])]
+        per_layer = [t for i in range(L) for t in (past, past, cross[2 * i], cross[2 * i + 1])]
         args = (torch.zeros(2, d.d_model), torch.tensor([0]), torch.zeros(n_positions), *per_layer)
         dyn = {"token_embeddings": {0: "n"}, "cross_bias": {0: "positions"}}
         for i in range(L):
@@ -301,7 +303,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
             "tensors": {
                 "encoder": {"inputs": {"mel": [1, 1, n_frames, d.n_mels]},
                             "outputs": {"audio_features": [1, n_positions, d.d_model]}},
-                "decoder_cross": {"inputs": ["audio_features"], "outputs": ["cross_k", "cross_v"]},
+                "decoder_cross": {"inputs": ["audio_features"], "outputs": cross_outputs},
                 "decoder_step": {"inputs": step_inputs, "outputs": step_outputs},
                 "decoder_head": {"inputs": ["hidden"], "outputs": ["logits"]},
             },

@@ -129,7 +129,8 @@ class Encoder(nn.Module):
 
 
 class CrossKV(nn.Module):
-    """audio_features [1, T, d] -> cross_k [L, H, dh, T] (pre-transposed), cross_v [L, H, T, dh]."""
+    """audio_features [1, T, d] -> per layer i: cross_k{i} [H, dh, T] (pre-transposed) and
+    cross_v{i} [H, T, dh], the step graph's inputs as they are (`cross_io_names`)."""
 
     def __init__(self, ckpt: Checkpoint) -> None:
         super().__init__()
@@ -139,11 +140,16 @@ class CrossKV(nn.Module):
             for i in range(d.decoder_layers)
         )
 
-    def forward(self, audio_features: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, audio_features: Tensor) -> tuple[Tensor, ...]:
+        # one output per tensor, not a stacked [L, ...] pair: stacking copied all of them
+        # again (measured: 5.5 -> 3.6 ms per window for tiny)
         h = audio_features[0]
-        ks = [p.split(p.k(h)).transpose(1, 2) for p in self.proj]
-        vs = [p.split(p.v(h)) for p in self.proj]
-        return torch.stack(ks), torch.stack(vs)
+        return tuple(t for p in self.proj for t in (p.split(p.k(h)).transpose(1, 2), p.split(p.v(h))))
+
+
+def cross_io_names(layers: int) -> list[str]:
+    """Outputs of the cross-attention K/V graph, in CrossKV's order."""
+    return [f"cross_{kind}{i}" for i in range(layers) for kind in ("k", "v")]
 
 
 class _DecoderLayer(nn.Module):
