@@ -5,6 +5,11 @@ our default 10 s int8 CPU engine, the hybrid Hailo engine (with a device only), 
 full-NPU reference (the fixed-length Hailo decoder without cache, in onnxruntime) and
 faster-whisper int8 on the same weights; then one row per preset. Figures are medians
 and ratios from one run: these machines are shared and noisy.
+
+Rows run one after another, so a busy spell of the machine can slow one row and not the
+other. The speed ratio against faster-whisper is therefore also measured interleaved:
+one process runs both engines on each utterance in turn (alternating which goes first)
+and reports the median of the per-utterance ratios.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ ROWS = {
     "faster-whisper": "faster-whisper int8, greedy",
 }
 PRESETS = ("conservative", "balanced", "aggressive")
+INTERLEAVED = "interleaved"  # child process: our default and faster-whisper, utterance by utterance
 
 
 def register(subparsers) -> None:
@@ -144,12 +150,50 @@ def _faster_whisper(bundle, args):
     return run
 
 
+def run_interleaved(args) -> dict:
+    """Our default engine and faster-whisper on each utterance in turn, in one process."""
+    from edgeasr.audio import load_audio
+    from edgeasr.engine import open_bundle
+
+    bundle = open_bundle(args.model)
+    faster = _faster_whisper(bundle, args)
+    if faster is None:
+        return {"skipped": "faster-whisper needs a CTranslate2 single-file source"}
+    engine = _engine_row(bundle, args, "10s-int8")
+    runners = {"ours": lambda audio: _run_engine(engine, audio), "faster-whisper": faster}
+    utterances = read_set(args.set_dir, args.limit)
+    sr = bundle.audio.sample_rate
+    first = load_audio(args.set_dir / utterances[0]["file"], sr)
+    for run in runners.values():  # warm-up, not counted
+        run(first)
+    pairs = []
+    for i, u in enumerate(utterances):
+        audio = load_audio(args.set_dir / u["file"], sr)
+        order = list(runners) if i % 2 == 0 else list(reversed(runners))
+        pairs.append({"id": u["id"], **{name: runners[name](audio)["total_ms"] for name in order}})
+    return {"pairs": pairs}
+
+
+def summarize_interleaved(data: dict) -> dict:
+    if "skipped" in data:
+        return {"skipped": data["skipped"]}
+    pairs = data["pairs"]
+    return {
+        "utterances": len(pairs),
+        "ours_ms_median": round(statistics.median(p["ours"] for p in pairs), 1),
+        "faster_whisper_ms_median": round(statistics.median(p["faster-whisper"] for p in pairs), 1),
+        "ratio_median": round(statistics.median(p["faster-whisper"] / p["ours"] for p in pairs), 2),
+    }
+
+
 def run_row(args) -> dict:
     from edgeasr.audio import load_audio
     from edgeasr.engine import open_bundle
 
     bundle = open_bundle(args.model)
     row = args.row
+    if row == INTERLEAVED:
+        return run_interleaved(args)
     if row == "hybrid-hailo":
         from importlib.util import find_spec
 
@@ -249,6 +293,10 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {row['skipped']} | | |")
         else:
             lines.append(f"| {name} | {row['wer']:.2%} | {row['runaway_windows']} | {row['total_ms_median']:g} |")
+    pair = report.get("interleaved", {})
+    if "ratio_median" in pair:
+        lines.append(f"\ninterleaved, median ms per utterance: ours {pair['ours_ms_median']:g}, "
+                     f"faster-whisper {pair['faster_whisper_ms_median']:g}")
     for key, value in report.get("ratios", {}).items():
         lines.append(f"\n{key}: {value}")
     return "\n".join(lines)
@@ -301,6 +349,13 @@ def main(args: argparse.Namespace) -> int:
     ours, fw = report["rows"].get("10s-int8", {}), report["rows"].get("faster-whisper", {})
     if "total_ms_median" in ours and "total_ms_median" in fw:
         report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
+        print("bench: ours and faster-whisper, interleaved ...", file=sys.stderr)
+        report["interleaved"] = pair = summarize_interleaved(_child(args, INTERLEAVED))
+        if "ratio_median" in pair:
+            report["ratios"]["faster-whisper median / ours, interleaved"] = round(
+                pair["faster_whisper_ms_median"] / pair["ours_ms_median"], 2)
+            report["ratios"]["faster-whisper / ours, interleaved, median of per-utterance ratios"] = (
+                pair["ratio_median"])
     text = markdown(report)
     print(text)
     if args.out:

@@ -28,5 +28,12 @@ def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
         assert row["total_ms_median"] > 0
     assert rows["10s-int8"]["encoder_ms_per_window"] > 0 and rows["10s-int8"]["decoder_ms_per_token"] > 0
     assert set(report["presets"]) == {"conservative", "balanced", "aggressive"}
+    pair = report["interleaved"]
+    assert pair["utterances"] == 3 and pair["ours_ms_median"] > 0 and pair["faster_whisper_ms_median"] > 0
+    ratios = report["ratios"]
+    assert ratios["faster-whisper / ours, interleaved, median of per-utterance ratios"] == pair["ratio_median"] > 0
+    assert ratios["faster-whisper median / ours, interleaved"] == round(
+        pair["faster_whisper_ms_median"] / pair["ours_ms_median"], 2)
+    assert "interleaved, median ms per utterance: ours" in proc.stdout
     assert "| 10 s int8 CPU (default) |" in proc.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
