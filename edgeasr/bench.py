@@ -8,8 +8,7 @@ and ratios from one run: these machines are shared and noisy.
 
 Rows run one after another, so a busy spell of the machine can slow one row and not the
 other. The speed ratio against faster-whisper is therefore also measured interleaved:
-one process runs both engines on each utterance in turn (alternating which goes first)
-and reports the median of the per-utterance ratios.
+the two rows' processes take turns on each utterance (alternating which goes first).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ ROWS = {
     "faster-whisper": "faster-whisper int8, greedy",
 }
 PRESETS = ("conservative", "balanced", "aggressive")
-INTERLEAVED = "interleaved"  # child process: our default and faster-whisper, utterance by utterance
 
 
 def register(subparsers) -> None:
@@ -54,6 +52,7 @@ def register(subparsers) -> None:
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # child process: run one row
     p.add_argument("--preset", default="balanced", help=argparse.SUPPRESS)
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # child: take turns
     p.set_defaults(func=main)
 
 
@@ -150,72 +149,39 @@ def _faster_whisper(bundle, args):
     return run
 
 
-def run_interleaved(args) -> dict:
-    """Our default engine and faster-whisper on each utterance in turn, in one process."""
-    from edgeasr.audio import load_audio
-    from edgeasr.engine import open_bundle
-
-    bundle = open_bundle(args.model)
-    faster = _faster_whisper(bundle, args)
-    if faster is None:
-        return {"skipped": "faster-whisper needs a CTranslate2 single-file source"}
-    engine = _engine_row(bundle, args, "10s-int8")
-    runners = {"ours": lambda audio: _run_engine(engine, audio), "faster-whisper": faster}
-    utterances = read_set(args.set_dir, args.limit)
-    sr = bundle.audio.sample_rate
-    first = load_audio(args.set_dir / utterances[0]["file"], sr)
-    for run in runners.values():  # warm-up, not counted
-        run(first)
-    pairs = []
-    for i, u in enumerate(utterances):
-        audio = load_audio(args.set_dir / u["file"], sr)
-        order = list(runners) if i % 2 == 0 else list(reversed(runners))
-        pairs.append({"id": u["id"], **{name: runners[name](audio)["total_ms"] for name in order}})
-    return {"pairs": pairs}
-
-
-def summarize_interleaved(data: dict) -> dict:
-    if "skipped" in data:
-        return {"skipped": data["skipped"]}
-    pairs = data["pairs"]
-    return {
-        "utterances": len(pairs),
-        "ours_ms_median": round(statistics.median(p["ours"] for p in pairs), 1),
-        "faster_whisper_ms_median": round(statistics.median(p["faster-whisper"] for p in pairs), 1),
-        "ratio_median": round(statistics.median(p["faster-whisper"] / p["ours"] for p in pairs), 2),
-    }
-
-
-def run_row(args) -> dict:
-    from edgeasr.audio import load_audio
-    from edgeasr.engine import open_bundle
-
-    bundle = open_bundle(args.model)
-    row = args.row
-    if row == INTERLEAVED:
-        return run_interleaved(args)
+def _runner(bundle, args, row: str):
+    """The row's function audio -> result dict, or a string saying why the row is skipped."""
     if row == "hybrid-hailo":
         from importlib.util import find_spec
 
         if find_spec("hailo_platform") is None:
-            return {"skipped": "no Hailo device here (HailoRT's hailo_platform is not installed)"}
+            return "no Hailo device here (HailoRT's hailo_platform is not installed)"
         from edgeasr.hailo import hailo_available
 
         if not hailo_available():
-            return {"skipped": "no Hailo device here"}
+            return "no Hailo device here"
     if row == "30s-fp32" and not bundle.has("encoder_30s"):
-        return {"skipped": "the bundle has no 30 s encoder (import with --with-30s)"}
+        return "the bundle has no 30 s encoder (import with --with-30s)"
     if row == "full-npu-ref" and not bundle.has("hailo_decoder"):
-        return {"skipped": "the bundle has no fixed-length Hailo decoder"}
+        return "the bundle has no fixed-length Hailo decoder"
     if row == "faster-whisper":
         run = _faster_whisper(bundle, args)
-        if run is None:
-            return {"skipped": "faster-whisper needs a CTranslate2 single-file source"}
-    elif row == "full-npu-ref":
-        run = _full_npu(bundle, args)
-    else:
-        engine = _engine_row(bundle, args, row)
-        run = lambda audio: _run_engine(engine, audio)  # noqa: E731
+        return run if run is not None else "faster-whisper needs a CTranslate2 single-file source"
+    if row == "full-npu-ref":
+        return _full_npu(bundle, args)
+    engine = _engine_row(bundle, args, row)
+    return lambda audio: _run_engine(engine, audio)
+
+
+def run_row(args) -> dict:
+    """Child process: the row on every utterance of the set."""
+    from edgeasr.audio import load_audio
+    from edgeasr.engine import open_bundle
+
+    bundle = open_bundle(args.model)
+    run = _runner(bundle, args, args.row)
+    if isinstance(run, str):
+        return {"skipped": run}
     utterances = read_set(args.set_dir, args.limit)
     sr = bundle.audio.sample_rate
     run(load_audio(args.set_dir / utterances[0]["file"], sr))  # warm-up, not counted
@@ -225,6 +191,24 @@ def run_row(args) -> dict:
         r.update(id=u["id"], duration_s=float(u["duration_s"]))
         results.append(r)
     return {"results": results, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def serve_row(args) -> None:
+    """Child process taking turns with another (`interleaved`): reads an utterance index per
+    line on stdin and answers with that utterance's total ms on stdout."""
+    from edgeasr.audio import load_audio
+    from edgeasr.engine import open_bundle
+
+    bundle = open_bundle(args.model)
+    run = _runner(bundle, args, args.row)
+    if isinstance(run, str):
+        print(json.dumps({"skipped": run}), flush=True)
+        return
+    utterances = read_set(args.set_dir, args.limit)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        audio = load_audio(args.set_dir / utterances[int(line)]["file"], bundle.audio.sample_rate)
+        print(json.dumps({"total_ms": run(audio)["total_ms"]}), flush=True)
 
 
 # ---------------------------------------------------------------- the table (parent)
@@ -263,12 +247,64 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
     }
 
 
-def _child(args, row: str, preset: str = "balanced") -> dict:
+def interleaved(args, rows: tuple[str, str], count: int) -> dict:
+    """The two rows' processes take turns on every utterance (which one goes first
+    alternates), so that a busy spell of the machine slows both alike."""
+    procs = {row: subprocess.Popen(_child_cmd(args, row) + ["--serve"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for row in rows}
+
+    def ask(row: str, index: int | None) -> dict:
+        proc = procs[row]
+        if index is not None:
+            proc.stdin.write(f"{index}\n")
+            proc.stdin.flush()
+        answer = proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"{row}: {proc.stderr.read().strip()[-300:]}")
+        return json.loads(answer)
+
+    try:
+        for row in rows:
+            hello = ask(row, None)
+            if "skipped" in hello:
+                return {"skipped": f"{row}: {hello['skipped']}"}
+            ask(row, 0)  # warm-up, not counted
+        pairs = []
+        for i in range(count):
+            order = rows if i % 2 == 0 else rows[::-1]
+            pairs.append({row: ask(row, i)["total_ms"] for row in order})
+    except (RuntimeError, OSError) as exc:
+        return {"skipped": f"failed: {exc}"}
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait(timeout=60)
+            proc.stdout.close()
+            proc.stderr.close()
+    return {"pairs": pairs}
+
+
+def summarize_interleaved(data: dict) -> dict:
+    if "skipped" in data:
+        return {"skipped": data["skipped"]}
+    pairs = [{"ours": p["10s-int8"], "faster-whisper": p["faster-whisper"]} for p in data["pairs"]]
+    return {
+        "utterances": len(pairs),
+        "ours_ms_median": round(statistics.median(p["ours"] for p in pairs), 1),
+        "faster_whisper_ms_median": round(statistics.median(p["faster-whisper"] for p in pairs), 1),
+        "ratio_median": round(statistics.median(p["faster-whisper"] / p["ours"] for p in pairs), 2),
+    }
+
+
+def _child_cmd(args, row: str, preset: str = "balanced") -> list[str]:
     cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", "bench", "--set", str(args.set_dir),
            "--threads", str(args.threads), "--limit", str(args.limit), "--row", row, "--preset", preset]
-    if args.model:
-        cmd += ["--model", str(args.model)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    return cmd + ["--model", str(args.model)] if args.model else cmd
+
+
+def _child(args, row: str, preset: str = "balanced") -> dict:
+    out = subprocess.run(_child_cmd(args, row, preset), capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"skipped": f"failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"}
     return json.loads(out.stdout)
@@ -327,6 +363,9 @@ def plot(report: dict, path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.row and args.serve:
+        serve_row(args)
+        return 0
     if args.row:
         print(json.dumps(run_row(args)))
         return 0
@@ -350,7 +389,8 @@ def main(args: argparse.Namespace) -> int:
     if "total_ms_median" in ours and "total_ms_median" in fw:
         report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
         print("bench: ours and faster-whisper, interleaved ...", file=sys.stderr)
-        report["interleaved"] = pair = summarize_interleaved(_child(args, INTERLEAVED))
+        pair = summarize_interleaved(interleaved(args, ("10s-int8", "faster-whisper"), len(references)))
+        report["interleaved"] = pair
         if "ratio_median" in pair:
             report["ratios"]["faster-whisper median / ours, interleaved"] = round(
                 pair["faster_whisper_ms_median"] / pair["ours_ms_median"], 2)
