@@ -173,21 +173,29 @@ def _runner(bundle, args, row: str):
     return lambda audio: _run_engine(engine, audio)
 
 
-def run_row(args) -> dict:
-    """Child process: the row on every utterance of the set."""
+def _open_row(args):
+    """The child's row runner (or why it is skipped) and a loader of the set's utterances."""
     from edgeasr.audio import load_audio
     from edgeasr.engine import open_bundle
 
     bundle = open_bundle(args.model)
-    run = _runner(bundle, args, args.row)
+    utterances = read_set(args.set_dir, args.limit)
+
+    def load(u: dict):
+        return load_audio(args.set_dir / u["file"], bundle.audio.sample_rate)
+
+    return _runner(bundle, args, args.row), utterances, load
+
+
+def run_row(args) -> dict:
+    """Child process: the row on every utterance of the set."""
+    run, utterances, load = _open_row(args)
     if isinstance(run, str):
         return {"skipped": run}
-    utterances = read_set(args.set_dir, args.limit)
-    sr = bundle.audio.sample_rate
-    run(load_audio(args.set_dir / utterances[0]["file"], sr))  # warm-up, not counted
+    run(load(utterances[0]))  # warm-up, not counted
     results = []
     for u in utterances:
-        r = run(load_audio(args.set_dir / u["file"], sr))
+        r = run(load(u))
         r.update(id=u["id"], duration_s=float(u["duration_s"]))
         results.append(r)
     return {"results": results, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -196,19 +204,13 @@ def run_row(args) -> dict:
 def serve_row(args) -> None:
     """Child process taking turns with another (`interleaved`): reads an utterance index per
     line on stdin and answers with that utterance's total ms on stdout."""
-    from edgeasr.audio import load_audio
-    from edgeasr.engine import open_bundle
-
-    bundle = open_bundle(args.model)
-    run = _runner(bundle, args, args.row)
+    run, utterances, load = _open_row(args)
     if isinstance(run, str):
         print(json.dumps({"skipped": run}), flush=True)
         return
-    utterances = read_set(args.set_dir, args.limit)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        audio = load_audio(args.set_dir / utterances[int(line)]["file"], bundle.audio.sample_rate)
-        print(json.dumps({"total_ms": run(audio)["total_ms"]}), flush=True)
+        print(json.dumps({"total_ms": run(load(utterances[int(line)]))["total_ms"]}), flush=True)
 
 
 # ---------------------------------------------------------------- the table (parent)
@@ -286,14 +288,16 @@ def interleaved(args, rows: tuple[str, str], count: int) -> dict:
 
 
 def summarize_interleaved(data: dict) -> dict:
+    """Our default ("10s-int8") against faster-whisper, from `interleaved`'s pairs."""
     if "skipped" in data:
         return {"skipped": data["skipped"]}
-    pairs = [{"ours": p["10s-int8"], "faster-whisper": p["faster-whisper"]} for p in data["pairs"]]
+    ours = [p["10s-int8"] for p in data["pairs"]]
+    theirs = [p["faster-whisper"] for p in data["pairs"]]
     return {
-        "utterances": len(pairs),
-        "ours_ms_median": round(statistics.median(p["ours"] for p in pairs), 1),
-        "faster_whisper_ms_median": round(statistics.median(p["faster-whisper"] for p in pairs), 1),
-        "ratio_median": round(statistics.median(p["faster-whisper"] / p["ours"] for p in pairs), 2),
+        "utterances": len(ours),
+        "ours_ms_median": round(statistics.median(ours), 1),
+        "faster_whisper_ms_median": round(statistics.median(theirs), 1),
+        "ratio_median": round(statistics.median(t / o for o, t in zip(ours, theirs)), 2),
     }
 
 

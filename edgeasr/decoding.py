@@ -1,12 +1,12 @@
 """Greedy Whisper decoding of one window on the CPU, with a KV cache.
 
 `DecoderSession` runs the bundle's three decoder graphs through onnxruntime: the
-cross-attention K/V once per window, then per token the step (fed the token's row of
-the token table) and the head (the vocabulary projection). The self-attention cache is
-a preallocated [layers, 2, n_text_ctx, d_model] buffer: each step reads the first P rows
-of every layer's K and V in place (IOBinding by address), and only the step's new rows
-are copied in after it. `decode_window` is the greedy loop
-with the logit rules.
+cross-attention K/V once per window (into buffers the step reads in place), then per
+token the step (fed the token's row of the token table) and the head (the vocabulary
+projection). The self-attention cache is a preallocated [layers, 2, n_text_ctx, d_model]
+buffer: each step reads the first P rows of every layer's K and V in place (IOBinding by
+address), and only the step's new rows are copied in after it. `decode_window` is the
+greedy loop with the logit rules.
 """
 
 from __future__ import annotations

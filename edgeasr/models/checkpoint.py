@@ -53,8 +53,6 @@ class Checkpoint:
     source: dict = field(default_factory=dict)  # kind, paths, package, sha256
 
 
-
-
 # ---------------------------------------------------------------- source resolution
 
 

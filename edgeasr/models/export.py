@@ -222,12 +222,12 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     feats = torch.zeros(1, n_positions, d.d_model)
 
     cross_outputs = tw.cross_io_names(L)
+    # cross_k{i} [H, dh, T], cross_v{i} [H, T, dh]: outputs of one graph, inputs of the next
+    cross_axes = {name: {2 if name.startswith("cross_k") else 1: "positions"} for name in cross_outputs}
 
     def cross_kv() -> None:
-        dyn = {"audio_features": {1: "positions"}}
-        dyn.update({name: {2 if name.startswith("cross_k") else 1: "positions"} for name in cross_outputs})
         _export(torch, tw.CrossKV(ckpt), (feats,), out / "decoder_cross.onnx", ["audio_features"],
-                cross_outputs, DECODER_OPSET, dyn)
+                cross_outputs, DECODER_OPSET, {"audio_features": {1: "positions"}, **cross_axes})
         _simplify(out / "decoder_cross.onnx")
 
     steps.run("cross-attention K/V", cross_kv)
@@ -244,10 +244,9 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
         past = torch.zeros(3, d.d_model)
         per_layer = [t for i in range(L) for t in (past, past, cross[2 * i], cross[2 * i + 1])]
         args = (torch.zeros(2, d.d_model), torch.tensor([0]), torch.zeros(n_positions), *per_layer)
-        dyn = {"token_embeddings": {0: "n"}, "cross_bias": {0: "positions"}}
+        dyn = {"token_embeddings": {0: "n"}, "cross_bias": {0: "positions"}, **cross_axes}
         for i in range(L):
             dyn.update({f"self_k{i}": {0: "past"}, f"self_v{i}": {0: "past"},
-                        f"cross_k{i}": {2: "positions"}, f"cross_v{i}": {1: "positions"},
                         f"new_k{i}": {0: "n"}, f"new_v{i}": {0: "n"}})
         target = out / (name + ".tmp" if quantized else name)
         _export(torch, tw.DecoderStep(ckpt), args, target, step_inputs, step_outputs, DECODER_OPSET, dyn)

@@ -191,8 +191,8 @@ class DecoderStep(nn.Module):
     from token_embedding.npy row by row (the table is the largest tensor of the model and
     a window uses a few dozen rows). Per layer i: self_k{i}, self_v{i} [P, d] are the P cached
     positions; cross_k{i} [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from
-    CrossKV; cross_bias [T] is added to the cross-attention scores (it stands in for zero
-    padding rows, see DecoderSession). Returns the last position's hidden state [1, d] and
+    CrossKV; cross_bias [T] is added to the cross-attention scores (log(count) on the one
+    padding row that stands for count rows, see DecoderSession.start). Returns the last position's hidden state [1, d] and
     new_k{i}, new_v{i} [n, d] to append to the cache.
     """
 
