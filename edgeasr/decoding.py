@@ -139,6 +139,7 @@ class DecoderSession:
         self.silence = SilenceRows(bundle)
         self.hidden = np.zeros((1, bundle.d_model), np.float32)
         self.logits = np.zeros((1, bundle.n_vocab), np.float32)
+        self.scratch = np.zeros(bundle.n_vocab, np.float32)  # for the logit maths of the loop
         self.binding = self.step_session.io_binding()
         self.binding.bind_output("hidden", "cpu", 0, np.float32, list(self.hidden.shape),
                                  self.hidden.ctypes.data)
@@ -274,7 +275,7 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
         for rule in chain:
             rule.apply(logits, tokens)
         token = int(np.argmax(logits))
-        logprobs.append(float(logits[token]) - rules.logsumexp(logits))
+        logprobs.append(rules.logprob_of_max(logits, token, session.scratch))
         if token == tok.eot:
             hit_cap = False
             break

@@ -66,6 +66,15 @@ def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_posit
     return pieces
 
 
+@dataclass
+class _Decoded:
+    pieces: list[_Piece]  # the pieces to keep
+    result: WindowResult  # of the last attempt
+    advance: int  # samples the kept pieces account for
+    failed_gate: str | None
+    decoder_ms: float  # all attempts
+
+
 class PauseFinding(Protocol):
     def find(self, audio: np.ndarray) -> int | None: ...
 
@@ -110,13 +119,14 @@ class Transcriber:
             t2 = time.monotonic()
             timings["features"] += (t1 - t0) * 1e3
             timings["encoder"] += (t2 - t1) * 1e3
-            pieces, result, advance, verdict = self._decode(features, silence_level(mel), chunk, complete)
-            timings["decoder"] += result.timings_ms["decoder"]
+            decoded = self._decode(features, silence_level(mel), chunk, complete)
+            pieces, result = decoded.pieces, decoded.result
+            timings["decoder"] += decoded.decoder_ms
             windows += 1
             n_tokens += len(result.tokens)
             runaway += int(result.hit_cap)
             language = result.language
-            if verdict is not None and self.on_gate_fail != "keep":
+            if decoded.failed_gate is not None and self.on_gate_fail != "keep":
                 dropped += 1
                 pieces = []
             offset = seek / sr
@@ -130,7 +140,7 @@ class Transcriber:
                     text=text, tokens=tuple(p.tokens),
                     avg_logprob=float(np.mean(p.logprobs)), no_speech_prob=result.no_speech_prob,
                     compression_ratio=compression_ratio(text)))
-            seek += advance
+            seek += decoded.advance
             if not final and reaches_end:
                 break
         if final:
@@ -140,11 +150,14 @@ class Transcriber:
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
                              runaway_windows=runaway, timings_ms=timings)
 
-    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool):
-        """Decode a window; returns (kept pieces, result, samples consumed, failed gate or None)."""
+    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool) -> _Decoded:
+        """Decode a window, once more with the retry options if it fails a gate and that is
+        configured."""
         options = self.options
+        spent = 0.0
         for attempt in range(2):
             result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate, silence)
+            spent += result.timings_ms["decoder"]
             pieces, advance = self._keep(result, chunk, last)
             text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
             lps = [lp for p in pieces for lp in p.logprobs]
@@ -152,13 +165,13 @@ class Transcriber:
                                 result.no_speech_prob, compression_ratio(text))
             verdict = check(self.gates, stats)
             if verdict is None:
-                return pieces, result, advance, None
+                return _Decoded(pieces, result, advance, None, spent)
             self.gate_failures[verdict] = self.gate_failures.get(verdict, 0) + 1
             log.debug("window failed the %s gate (attempt %d)", verdict, attempt + 1)
             if self.on_gate_fail != "retry" or verdict == "no_speech":
                 break
             options = replace(self.retry_options, language=self.options.language)
-        return pieces, result, advance, verdict
+        return _Decoded(pieces, result, advance, verdict, spent)
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
         """The pieces to keep (up to where the text starts repeating itself: a short window

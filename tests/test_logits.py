@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgeasr.bundle import Tokens
-from edgeasr.logits import EosBoost, RepetitionPenalty, SuppressBlank, SuppressTokens, TimestampRules
+from edgeasr.logits import (EosBoost, RepetitionPenalty, SuppressBlank, SuppressTokens, TimestampRules,
+                            logprob_of_max)
 
 TOK = Tokens(eot=10, sot=11, translate=12, transcribe=13, sot_lm=14, sot_prev=15, no_speech=16,
              no_timestamps=19, timestamp_begin=20, blank=3, languages={})
@@ -88,3 +89,14 @@ def test_eos_boost_ends_when_eot_is_likely_enough():
     y[10], y[4] = 2.0, 2.5
     EosBoost(TOK.eot, threshold=0.5).apply(y, [20, 4])
     assert allowed(y) == set(range(V))
+
+
+def test_logprob_of_max_is_the_log_softmax_of_the_greedy_pick():
+    x = np.random.default_rng(0).normal(0, 5, 51_864).astype(np.float32)
+    x[:100] = -np.inf  # suppressed tokens take no probability
+    pick = int(np.argmax(x))
+    expected = -np.log(np.exp(x.astype(np.float64) - x[pick]).sum())
+    assert abs(logprob_of_max(x, pick, np.empty_like(x)) - expected) < 1e-5
+    only = np.full(V, -np.inf, np.float32)
+    only[10] = 3.0  # EosBoost left end-of-text alone: it is certain
+    assert logprob_of_max(only, 10, np.empty_like(only)) == 0.0

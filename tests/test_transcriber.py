@@ -12,6 +12,8 @@ from edgeasr.audio import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.decoding import WindowResult
 from edgeasr.engine import EngineSettings, build_transcriber
+from edgeasr.gates import LowConfidence
+from edgeasr.transcriber import Transcriber
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,21 @@ def test_noise_is_dropped_by_the_gates(engine):
     noise = (0.05 * rng.standard_normal(16000 * 6)).astype(np.float32)
     result = engine.transcribe(noise)
     assert result.text == "" or result.dropped_windows >= 1
+
+
+@pytest.mark.parametrize("on_fail", ["drop", "retry", "keep"])
+def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, on_fail):
+    """A gate no window can pass (every log-probability is below 0.1): "retry" decodes the
+    window again with the retry options and counts both failures; "keep" keeps the text."""
+    strict = Transcriber(engine.bundle, engine.encoder, engine.decoder, engine.options,
+                         gates=(LowConfidence(0.1),), on_gate_fail=on_fail)
+    result = strict.transcribe(clip(dev_dir, "alsa_front-center"))
+    assert strict.gate_failures == {"avg_logprob": 2 if on_fail == "retry" else 1}
+    assert result.windows == 1
+    if on_fail == "keep":
+        assert result.dropped_windows == 0 and "center" in result.text.lower()
+    else:
+        assert result.dropped_windows == 1 and result.text == ""
 
 
 def test_multilingual_bundle_detects_english(base_bundle, dev_dir, dev_manifest):
