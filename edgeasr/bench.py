@@ -176,8 +176,9 @@ def _runner(bundle, args, row: str):
 def _open_row(args):
     """The child's row runner (or why it is skipped) and a loader of the set's utterances."""
     from edgeasr.audio import load_audio
-    from edgeasr.engine import open_bundle
+    from edgeasr.engine import open_bundle, single_threaded_blas
 
+    single_threaded_blas()  # every row, faster-whisper's too (its features use numpy as well)
     bundle = open_bundle(args.model)
     utterances = read_set(args.set_dir, args.limit)
 

@@ -72,6 +72,15 @@ def test_cut_window_carries_the_unfinished_tail(engine, dev_dir, dev_manifest):
     assert wer(ref, first.text + " " + rest.text) <= 0.1
 
 
+def test_numpy_blas_runs_on_one_thread(engine):
+    """An OpenBLAS worker spinning after the log-mel's matrix product took the second core
+    from the encoder and the decoder (engine.single_threaded_blas)."""
+    from threadpoolctl import threadpool_info
+
+    pools = [p for p in threadpool_info() if p["user_api"] == "blas"]
+    assert pools and all(p["num_threads"] == 1 for p in pools)
+
+
 def test_silence_gives_no_text(engine):
     result = engine.transcribe(np.zeros(16000 * 4, np.float32))
     assert result.text == ""
