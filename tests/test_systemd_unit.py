@@ -248,6 +248,9 @@ WORKLOAD = textwrap.dedent('''
 
     a = np.linspace(0.0, 1.0, 512 * 512).reshape(512, 512)    # OpenBLAS threads
     out["matmul_trace"] = round(float(np.trace(a @ a.T)), 6)
+    from threadpoolctl import threadpool_info, threadpool_limits  # the engine's BLAS limit
+    threadpool_limits(1, user_api="blas")
+    out["blas_threads"] = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
     import onnx, onnx.helper as h, onnxruntime as ort         # the encoder/decoder runtime
     w = h.make_tensor("w", onnx.TensorProto.FLOAT, [64, 64], np.eye(64, dtype=np.float32).ravel())
@@ -362,7 +365,7 @@ def test_daemon_libraries_work_inside_the_unit_syscall_filter(workload_env):
     assert (outside.pop("sched_setaffinity"), inside.pop("sched_setaffinity")) == ("allowed", "EPERM")
     assert outside.pop("outbox_rows") == 100 and inside.pop("outbox_rows") == 200
     assert inside == outside
-    assert inside["ort_identity"] and inside["capture_exact"]
+    assert inside["ort_identity"] and inside["capture_exact"] and set(inside["blas_threads"]) == {1}
     assert inside["resampled_48k"] == inside["samples"] * 48000 // inside["rate"]
     assert 0 < inside["vad_speech"] < inside["vad_frames"]
     assert notify.recv(64) == b"READY=1" and notify.recv(64) == b"READY=1"
