@@ -92,7 +92,7 @@ def _run_engine(engine, audio) -> dict:
     r = engine.transcribe(audio)
     total = (time.monotonic() - t0) * 1e3
     return {"text": r.text, "total_ms": total, "encoder_ms": r.timings_ms["encoder"],
-            "decoder_ms": r.timings_ms["decoder"], "tokens": r.tokens, "runaway": r.runaway_windows,
+            "decoder_ms": r.timings_ms["decoder"], "steps": r.decoder_steps, "runaway": r.runaway_windows,
             "windows": r.windows}
 
 
@@ -108,7 +108,7 @@ def _full_npu(bundle, args):
     spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
 
     def run(audio) -> dict:  # fixed 10 s chunks, as Hailo's app walks long audio
-        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "tokens": 0, "runaway": 0,
+        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "steps": 0, "runaway": 0,
                "windows": 0}
         t0 = time.monotonic()
         for start in range(0, len(audio), spec.n_samples):
@@ -119,7 +119,7 @@ def _full_npu(bundle, args):
             out["encoder_ms"] += (t2 - t1) * 1e3
             out["windows"] += 1
             out["decoder_ms"] += (time.monotonic() - t2) * 1e3
-            out["tokens"] += len(tokens) + 1
+            out["steps"] += decoder.last.steps
             out["runaway"] += int(len(tokens) >= decoder.max_new_tokens)
             out["text"] += tok.decode(tokens)
         out["total_ms"] = (time.monotonic() - t0) * 1e3
@@ -144,7 +144,7 @@ def _faster_whisper(bundle, args):
         segments, _ = model.transcribe(audio, beam_size=1, language="en", vad_filter=False)
         text = "".join(s.text for s in segments)
         return {"text": text, "total_ms": (time.monotonic() - t0) * 1e3, "encoder_ms": None,
-                "decoder_ms": None, "tokens": None, "runaway": 0, "windows": None}
+                "decoder_ms": None, "steps": None, "runaway": 0, "windows": None}
 
     return run
 
@@ -233,7 +233,7 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
         vals = [r[key] for r in res if r[key] is not None]
         return round(statistics.median(vals), 1) if vals else None
 
-    tokens = sum(r["tokens"] or 0 for r in res)
+    steps = sum(r["steps"] or 0 for r in res)
     dec = sum(r["decoder_ms"] or 0 for r in res)
     windows = sum(r["windows"] or 0 for r in res)
     per_window = sorted(r["encoder_ms"] / r["windows"] for r in res if r["windows"])
@@ -243,7 +243,7 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
         "encoder_ms_per_window": round(statistics.median(per_window), 1) if windows else None,
         "total_ms_median": round(statistics.median(totals), 1),
         "total_ms_p90": round(totals[min(len(totals) - 1, int(0.9 * len(totals)))], 1),
-        "decoder_ms_per_token": round(dec / tokens, 2) if tokens else None,
+        "decoder_ms_per_token": round(dec / steps, 2) if steps else None,
         "wer": round(jiwer.wer(refs, hyps), 4), "cer": round(jiwer.cer(refs, hyps), 4),
         "runaway_windows": sum(r["runaway"] for r in res),
         "peak_rss_mb": round(data["peak_rss_mb"], 1),

@@ -70,6 +70,9 @@ class Transcription:
     consumed_samples: int  # audio accounted for; the rest is carried to the next call
     dropped_windows: int = 0  # windows rejected by the quality gates
     runaway_windows: int = 0  # windows that hit the token cap
+    # decoder passes that picked a token: one per generated token, end-of-text included, in
+    # every attempt at a window (what the decoder's time is spent on)
+    decoder_steps: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)  # features, encoder, decoder
 
     @property

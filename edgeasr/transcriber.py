@@ -73,6 +73,7 @@ class _Decoded:
     advance: int  # samples the kept pieces account for
     failed_gate: str | None
     decoder_ms: float  # all attempts
+    decoder_steps: int  # all attempts
 
 
 class PauseFinding(Protocol):
@@ -100,7 +101,7 @@ class Transcriber:
     def transcribe(self, audio: np.ndarray, *, final: bool = True) -> Transcription:
         sr, window = self.spec.sample_rate, self.spec.n_samples
         audio = np.asarray(audio, dtype=np.float32)
-        seek, segments, n_tokens, windows, dropped, runaway = 0, [], 0, 0, 0, 0
+        seek, segments, n_tokens, windows, dropped, runaway, steps = 0, [], 0, 0, 0, 0, 0
         language = self.options.language or "en"
         timings = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
         while len(audio) - seek >= MIN_WINDOW_S * sr:
@@ -122,6 +123,7 @@ class Transcriber:
             decoded = self._decode(features, silence_level(mel), chunk, complete)
             pieces, result = decoded.pieces, decoded.result
             timings["decoder"] += decoded.decoder_ms
+            steps += decoded.decoder_steps
             windows += 1
             n_tokens += len(result.tokens)
             runaway += int(result.hit_cap)
@@ -148,16 +150,17 @@ class Transcriber:
         text = "".join(s.text for s in segments).strip()
         return Transcription(text=text, segments=tuple(segments), language=language, windows=windows,
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
-                             runaway_windows=runaway, timings_ms=timings)
+                             runaway_windows=runaway, decoder_steps=steps, timings_ms=timings)
 
     def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool) -> _Decoded:
         """Decode a window, once more with the retry options if it fails a gate and that is
         configured."""
         options = self.options
-        spent = 0.0
+        spent, steps = 0.0, 0
         for attempt in range(2):
             result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate, silence)
             spent += result.timings_ms["decoder"]
+            steps += result.timings_ms["steps"]
             pieces, advance = self._keep(result, chunk, last)
             text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
             lps = [lp for p in pieces for lp in p.logprobs]
@@ -165,13 +168,13 @@ class Transcriber:
                                 result.no_speech_prob, compression_ratio(text))
             verdict = check(self.gates, stats)
             if verdict is None:
-                return _Decoded(pieces, result, advance, None, spent)
+                return _Decoded(pieces, result, advance, None, spent, steps)
             self.gate_failures[verdict] = self.gate_failures.get(verdict, 0) + 1
             log.debug("window failed the %s gate (attempt %d)", verdict, attempt + 1)
             if self.on_gate_fail != "retry" or verdict == "no_speech":
                 break
             options = replace(self.retry_options, language=self.options.language)
-        return _Decoded(pieces, result, advance, verdict, spent)
+        return _Decoded(pieces, result, advance, verdict, spent, steps)
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
         """The pieces to keep (up to where the text starts repeating itself: a short window

@@ -96,12 +96,16 @@ def test_noise_is_dropped_by_the_gates(engine):
 @pytest.mark.parametrize("on_fail", ["drop", "retry", "keep"])
 def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, on_fail):
     """A gate no window can pass (every log-probability is below 0.1): "retry" decodes the
-    window again with the retry options and counts both failures; "keep" keeps the text."""
+    window again with the retry options and counts both failures, and the decoder passes of
+    both attempts; "keep" keeps the text."""
     strict = Transcriber(engine.bundle, engine.encoder, engine.decoder, engine.options,
                          gates=(LowConfidence(0.1),), on_gate_fail=on_fail)
     result = strict.transcribe(clip(dev_dir, "alsa_front-center"))
     assert strict.gate_failures == {"avg_logprob": 2 if on_fail == "retry" else 1}
     assert result.windows == 1
+    # a pass per generated token and one for end-of-text; a retry adds the first attempt's
+    first_attempt = result.decoder_steps - (result.tokens + 1)
+    assert first_attempt > 0 if on_fail == "retry" else first_attempt == 0
     if on_fail == "keep":
         assert result.dropped_windows == 0 and "center" in result.text.lower()
     else:
