@@ -244,6 +244,7 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
         "total_ms_median": round(statistics.median(totals), 1),
         "total_ms_p90": round(totals[min(len(totals) - 1, int(0.9 * len(totals)))], 1),
         "decoder_ms_per_token": round(dec / steps, 2) if steps else None,
+        "windows": windows or None, "decoder_steps": steps or None,
         "wer": round(jiwer.wer(refs, hyps), 4), "cer": round(jiwer.cer(refs, hyps), 4),
         "runaway_windows": sum(r["runaway"] for r in res),
         "peak_rss_mb": round(data["peak_rss_mb"], 1),

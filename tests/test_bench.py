@@ -27,6 +27,8 @@ def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
         assert row["utterances"] == 3 and 0 <= row["wer"] < 0.5 and row["peak_rss_mb"] > 50, name
         assert row["total_ms_median"] > 0
     assert rows["10s-int8"]["encoder_ms_per_window"] > 0 and rows["10s-int8"]["decoder_ms_per_token"] > 0
+    for name in ("10s-int8", "full-npu-ref"):  # a pass per token and one for end-of-text, per window
+        assert rows[name]["decoder_steps"] > rows[name]["windows"] >= 3, name
     assert set(report["presets"]) == {"conservative", "balanced", "aggressive"}
     pair = report["interleaved"]
     assert pair["utterances"] == 3 and pair["ours_ms_median"] > 0 and pair["faster_whisper_ms_median"] > 0
