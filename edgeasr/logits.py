@@ -85,8 +85,13 @@ class TimestampRules:
         if not tokens:  # start with a timestamp, and an early one
             logits[:b] = NEG_INF
             logits[b + self.max_initial_index + 1 :] = NEG_INF
-        # the softmax normaliser cancels: compare the timestamps' joint mass with the best text token
-        if logsumexp(logits[b:]) > np.max(logits[:b]):
+        # the softmax normaliser cancels: compare the timestamps' joint mass with the best text
+        # token. Their best one bounds the joint mass from both sides, which mostly settles it
+        # without the exp: max <= logsumexp <= max + log(count)
+        text_max, times = float(np.max(logits[:b])), logits[b:]
+        time_max = float(np.max(times))
+        if time_max > text_max or (time_max + math.log(len(times)) > text_max
+                                   and logsumexp(times) > text_max):
             logits[:b] = NEG_INF
 
 
@@ -98,12 +103,11 @@ class RepetitionPenalty:
         self.penalty, self.window, self.first_special = penalty, window, first_special
 
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
-        recent = {t for t in tokens[-self.window :] if t < self.first_special}
-        if not recent or self.penalty == 1.0:
+        if self.penalty == 1.0:
             return
-        idx = np.fromiter(recent, dtype=np.int64)
-        v = logits[idx]
-        logits[idx] = np.where(v > 0, v / self.penalty, v * self.penalty)
+        for t in {t for t in tokens[-self.window :] if t < self.first_special}:
+            v = logits[t]  # a dozen scalars: cheaper one by one than as an index array
+            logits[t] = v / self.penalty if v > 0 else v * self.penalty
 
 
 class EosBoost:

@@ -18,6 +18,7 @@ import numpy as np
 
 from edgeasr import logits as rules
 from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
+from edgeasr.decoding import TableRows
 from edgeasr.encoder import ort_session
 from edgeasr.errors import ConfigError, ModelError
 
@@ -94,7 +95,7 @@ class FullNpuReferenceDecoder:
                              "(re-import it without --no-hailo-decoder)")
         self.bundle = bundle
         self.session = ort_session(bundle.path(GRAPH_ROLE), threads)
-        self.embedding = np.load(bundle.path(EMBEDDING_ROLE), mmap_mode="r")  # [V, d], rows on demand
+        self.embedding = TableRows(bundle.path(EMBEDDING_ROLE))  # [V, d], rows on demand
         inputs = {i.name: tuple(i.shape) for i in self.session.get_inputs()}
         if set(inputs) != {FEATURES_INPUT, EMBEDDINGS_INPUT}:
             raise ModelError(f"{bundle.path(GRAPH_ROLE)}: inputs {sorted(inputs)}, expected "
@@ -102,6 +103,7 @@ class FullNpuReferenceDecoder:
         self.features_shape = inputs[FEATURES_INPUT]  # (1, T, d)
         self.embeddings_shape = inputs[EMBEDDINGS_INPUT]  # (1, 1, L, d)
         self.n_tokens = self.embeddings_shape[2]
+        self._rows = np.zeros(self.embeddings_shape[2:], np.float32)  # [L, d]
         if self.embedding.shape != (bundle.n_vocab, bundle.d_model):
             raise ModelError(f"{bundle.path(EMBEDDING_ROLE)}: shape {self.embedding.shape}, "
                              f"expected ({bundle.n_vocab}, {bundle.d_model})")
@@ -145,8 +147,8 @@ class FullNpuReferenceDecoder:
     def _step(self, feats: np.ndarray, sequence: np.ndarray, pos: int, generated: list[int],
               timings: StepTimings) -> int:
         t0 = time.monotonic()
-        embeddings = np.ascontiguousarray(self.embedding[sequence], dtype=np.float32)
-        embeddings = embeddings.reshape(self.embeddings_shape)
+        self.embedding.read(sequence.tolist(), self._rows)
+        embeddings = self._rows.reshape(self.embeddings_shape)
         t1 = time.monotonic()
         outputs = self.session.run(None, {FEATURES_INPUT: feats, EMBEDDINGS_INPUT: embeddings})
         t2 = time.monotonic()

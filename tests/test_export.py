@@ -217,4 +217,8 @@ def test_a_token_table_that_is_not_a_float32_matrix_is_refused(tmp_path):
     with pytest.raises(ModelError, match="token_embedding.npy: not a float32"):
         TableRows(tmp_path / "token_embedding.npy")
     np.save(tmp_path / "rows.npy", np.arange(12, dtype=np.float32).reshape(4, 3))
-    np.testing.assert_array_equal(TableRows(tmp_path / "rows.npy").rows([2, 0]), [[6, 7, 8], [0, 1, 2]])
+    table, out = TableRows(tmp_path / "rows.npy"), np.zeros((2, 3), np.float32)
+    table.read([2, 0], out)
+    np.testing.assert_array_equal(out, [[6, 7, 8], [0, 1, 2]])
+    with pytest.raises(ModelError, match="rows.npy: no row 4"):
+        table.read([4], out[:1])

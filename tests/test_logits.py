@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edgeasr.bundle import Tokens
 from edgeasr.logits import (EosBoost, RepetitionPenalty, SuppressBlank, SuppressTokens, TimestampRules,
@@ -62,13 +63,22 @@ def test_timestamps_come_in_pairs_and_never_go_back():
     assert 19 not in allowed(mid_text)  # no-timestamps token is never allowed
 
 
-def test_timestamp_forced_when_jointly_more_likely():
+@pytest.mark.parametrize("stamps, forced", [
+    ([0.0] * 10, True),  # the best timestamp alone beats the best text token
+    ([-2.0] * 10, True),  # each one less likely, jointly more: log(9 e^-2) = 0.2 > -1
+    ([-4.0] * 10, False),  # jointly less likely: log(9 e^-4) = -1.8
+    ([-1.5] + [-50.0] * 9, False),  # one near the text token, the rest negligible
+])
+def test_timestamp_forced_when_jointly_more_likely(stamps, forced):
     x = flat()
     x[:20] = -10.0
-    x[5] = -1.0
-    x[20:] = 0.0  # each timestamp less likely than... no: jointly far more likely than token 5
+    x[5] = -1.0  # the best text token
+    x[20:] = stamps
     TimestampRules(TOK, max_initial_index=9, max_index=9).apply(x, [20, 5])
-    assert all(t >= 20 for t in allowed(x) if t != TOK.eot) and 5 not in allowed(x)
+    # after an opening timestamp and text, timestamp 20 is behind: 21..29 are left
+    assert (np.logaddexp.reduce(np.float64(stamps[1:])) > -1.0) == forced  # the case is what it says
+    assert (5 not in allowed(x)) == forced
+    assert allowed(x) >= {t for t in range(21, 30)}
 
 
 def test_repetition_penalty_lowers_negative_logits_too():

@@ -241,13 +241,12 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     def step(quantized: bool, name: str) -> None:
         with torch.no_grad():
             cross = tw.CrossKV(ckpt)(feats)
-        past = torch.zeros(3, d.d_model)
-        per_layer = [t for i in range(L) for t in (past, past, cross[2 * i], cross[2 * i + 1])]
-        args = (torch.zeros(2, d.d_model), torch.tensor([0]), torch.zeros(n_positions), *per_layer)
+        cache = torch.zeros(d.n_text_ctx, d.d_model)  # whole buffers, 3 positions cached
+        per_layer = [t for i in range(L) for t in (cache, cache, cross[2 * i], cross[2 * i + 1])]
+        args = (torch.zeros(2, d.d_model), torch.tensor([3]), torch.zeros(n_positions), *per_layer)
         dyn = {"token_embeddings": {0: "n"}, "cross_bias": {0: "positions"}, **cross_axes}
         for i in range(L):
-            dyn.update({f"self_k{i}": {0: "past"}, f"self_v{i}": {0: "past"},
-                        f"new_k{i}": {0: "n"}, f"new_v{i}": {0: "n"}})
+            dyn.update({f"new_k{i}": {0: "n"}, f"new_v{i}": {0: "n"}})
         target = out / (name + ".tmp" if quantized else name)
         _export(torch, tw.DecoderStep(ckpt), args, target, step_inputs, step_outputs, DECODER_OPSET, dyn)
         if quantized:

@@ -189,11 +189,13 @@ class DecoderStep(nn.Module):
 
     token_embeddings [n, d] are the tokens' rows of the token table, which the host reads
     from token_embedding.npy row by row (the table is the largest tensor of the model and
-    a window uses a few dozen rows). Per layer i: self_k{i}, self_v{i} [P, d] are the P cached
-    positions; cross_k{i} [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from
-    CrossKV; cross_bias [T] is added to the cross-attention scores (log(count) on the one
-    padding row that stands for count rows, see DecoderSession.start). Returns the last position's hidden state [1, d] and
-    new_k{i}, new_v{i} [n, d] to append to the cache.
+    a window uses a few dozen rows); offset [1] is the number of cached positions P. Per
+    layer i: self_k{i}, self_v{i} [n_text_ctx, d] are the host's whole cache buffers, of
+    which the graph reads the first P rows (so the host binds them once, not per step);
+    cross_k{i} [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from CrossKV;
+    cross_bias [T] is added to the cross-attention scores (log(count) on the one padding
+    row that stands for count rows, see DecoderSession.start). Returns the last position's
+    hidden state [1, d] and new_k{i}, new_v{i} [n, d] to append to the cache.
     """
 
     def __init__(self, ckpt: Checkpoint) -> None:
@@ -207,7 +209,7 @@ class DecoderStep(nn.Module):
         self.norm = _Norm(s, "model.decoder.layer_norm")
 
     def forward(self, token_embeddings, offset, cross_bias, *per_layer):
-        n, past = token_embeddings.shape[0], per_layer[0].shape[0]
+        n, past = token_embeddings.shape[0], offset[0]
         steps = torch.arange(n, dtype=torch.int64)
         x = (token_embeddings + self.positions[offset + steps])[None]  # [1, n, d]
         # causal mask over [cached | new]: new token i sees cached + new[0..i]
@@ -215,7 +217,8 @@ class DecoderStep(nn.Module):
         mask = torch.where(cols[None, :] > (past + steps)[:, None], float("-inf"), 0.0)
         new = []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, mask, *per_layer[4 * i : 4 * i + 4], cross_bias)
+            self_k, self_v, cross_k, cross_v = per_layer[4 * i : 4 * i + 4]
+            x, k, v = layer(x, mask, self_k[:past], self_v[:past], cross_k, cross_v, cross_bias)
             new += [k, v]
         return (self.norm(x[:, -1]), *new)  # [1, d], new_k0, new_v0, ...
 
