@@ -125,6 +125,7 @@ class FullNpuReferenceDecoder:
         eot = self.bundle.tokens.eot
         sequence = np.full(self.n_tokens, PAD_TOKEN, dtype=np.int64)
         sequence[: len(self.prompt)] = self.prompt
+        self.embedding.read(sequence.tolist(), self._rows)  # then each step reads its newest row
         timings = StepTimings()
         generated: list[int] = []
         for pos in range(len(self.prompt) - 1, self.n_tokens - 1):
@@ -147,7 +148,7 @@ class FullNpuReferenceDecoder:
     def _step(self, feats: np.ndarray, sequence: np.ndarray, pos: int, generated: list[int],
               timings: StepTimings) -> int:
         t0 = time.monotonic()
-        self.embedding.read(sequence.tolist(), self._rows)
+        self.embedding.read([int(sequence[pos])], self._rows[pos : pos + 1])  # the rest are in place
         embeddings = self._rows.reshape(self.embeddings_shape)
         t1 = time.monotonic()
         outputs = self.session.run(None, {FEATURES_INPUT: feats, EMBEDDINGS_INPUT: embeddings})
