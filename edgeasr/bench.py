@@ -196,8 +196,10 @@ def run_row(args) -> dict:
     run(load(utterances[0]))  # warm-up, not counted
     results = []
     for u in utterances:
-        r = run(load(u))
-        r.update(id=u["id"], duration_s=float(u["duration_s"]))
+        audio = load(u)
+        cpu = time.process_time()  # all of the process's threads: spinning ones count
+        r = run(audio)
+        r.update(id=u["id"], duration_s=float(u["duration_s"]), cpu_ms=(time.process_time() - cpu) * 1e3)
         results.append(r)
     return {"results": results, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -243,7 +245,10 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
         "encoder_ms_per_window": round(statistics.median(per_window), 1) if windows else None,
         "total_ms_median": round(statistics.median(totals), 1),
         "total_ms_p90": round(totals[min(len(totals) - 1, int(0.9 * len(totals)))], 1),
+        "cpu_ms_median": med("cpu_ms"),
         "decoder_ms_per_token": round(dec / steps, 2) if steps else None,
+        "decoder_ms_per_token_median": round(statistics.median(
+            r["decoder_ms"] / r["steps"] for r in res), 2) if steps else None,
         "windows": windows or None, "decoder_steps": steps or None,
         "wer": round(jiwer.wer(refs, hyps), 4), "cer": round(jiwer.cer(refs, hyps), 4),
         "runaway_windows": sum(r["runaway"] for r in res),
@@ -318,9 +323,10 @@ def _child(args, row: str, preset: str = "balanced") -> dict:
 
 def markdown(report: dict) -> str:
     cols = ["encoder_ms_per_window", "encoder_ms_median", "decoder_ms_median", "total_ms_median",
-            "total_ms_p90", "decoder_ms_per_token", "wer", "cer", "peak_rss_mb"]
-    head = ("| row | enc ms/window | enc ms | dec ms | total ms (median) | total ms (p90) | dec ms/token"
-            " | WER | CER | peak RSS MB |")
+            "total_ms_p90", "cpu_ms_median", "decoder_ms_per_token", "decoder_ms_per_token_median", "wer",
+            "cer", "peak_rss_mb"]
+    head = ("| row | enc ms/window | enc ms | dec ms | total ms (median) | total ms (p90) | CPU ms (median)"
+            " | dec ms/token (all) | dec ms/token (median) | WER | CER | peak RSS MB |")
     lines = [head, "|" + "---|" * (len(cols) + 1)]
     for name, row in report["rows"].items():
         if "skipped" in row:

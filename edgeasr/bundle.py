@@ -18,8 +18,9 @@ from edgeasr.errors import MissingInputError, ModelError
 MANIFEST = "manifest.json"
 # 2: per-layer decoder cache tensors, separate head and token table; 3: silence rows;
 # 4: per-layer outputs of the cross-attention K/V graph; 5: the step takes the whole
-# self-attention cache buffers and the cached length, so the host binds them once
-FORMAT = "edgeasr-bundle/5"
+# self-attention cache buffers and the cached length, so the host binds them once;
+# 6: the vocabulary projection is part of the step (one run per token, no head graph)
+FORMAT = "edgeasr-bundle/6"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one

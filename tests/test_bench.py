@@ -25,8 +25,9 @@ def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
     for name in ("10s-int8", "full-npu-ref", "faster-whisper"):
         row = rows[name]
         assert row["utterances"] == 3 and 0 <= row["wer"] < 0.5 and row["peak_rss_mb"] > 50, name
-        assert row["total_ms_median"] > 0
+        assert row["total_ms_median"] > 0 and row["cpu_ms_median"] > 0
     assert rows["10s-int8"]["encoder_ms_per_window"] > 0 and rows["10s-int8"]["decoder_ms_per_token"] > 0
+    assert rows["10s-int8"]["decoder_ms_per_token_median"] > 0
     for name in ("10s-int8", "full-npu-ref"):  # a pass per token and one for end-of-text, per window
         assert rows[name]["decoder_steps"] > rows[name]["windows"] >= 3, name
     assert set(report["presets"]) == {"conservative", "balanced", "aggressive"}

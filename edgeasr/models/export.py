@@ -190,7 +190,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
 
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=11 + int(with_30s))
+    steps = _Steps(total=10 + int(with_30s))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -259,14 +259,6 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     steps.run("decoder step int8", step, True, "decoder_step.int8.onnx")
     files["decoder_step_int8"] = "decoder_step.int8.onnx"
 
-    def head() -> None:
-        _export(torch, tw.DecoderHead(ckpt), (torch.zeros(1, d.d_model),), out / "decoder_head.onnx",
-                ["hidden"], ["logits"], DECODER_OPSET)
-        _quantize(out / "decoder_head.onnx", out / "decoder_head.int8.onnx")
-
-    steps.run("decoder head, fp32 and int8", head)
-    files["decoder_head"] = "decoder_head.onnx"
-    files["decoder_head_int8"] = "decoder_head.int8.onnx"
     if hailo_decoder:  # it writes the token table too (its host looks rows up as well)
         files.update(steps.run("Hailo decoder (fixed length) and token table", export_hailo_decoder,
                                ckpt, out, n_positions))
@@ -303,7 +295,6 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
                             "outputs": {"audio_features": [1, n_positions, d.d_model]}},
                 "decoder_cross": {"inputs": ["audio_features"], "outputs": cross_outputs},
                 "decoder_step": {"inputs": step_inputs, "outputs": step_outputs},
-                "decoder_head": {"inputs": ["hidden"], "outputs": ["logits"]},
             },
             "export_timings_s": steps.timings,
             "files": {role: file_entry(out, name) for role, name in files.items()},

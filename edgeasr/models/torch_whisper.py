@@ -179,13 +179,13 @@ def step_io_names(layers: int) -> tuple[list[str], list[str]]:
     """Inputs and outputs of the decoder step graph: one cache tensor per layer and kind,
     so that every one is a contiguous slice of the host's buffers (no copy, no Split)."""
     per_layer = [f"{kind}{i}" for i in range(layers) for kind in ("self_k", "self_v", "cross_k", "cross_v")]
-    outputs = ["hidden"] + [f"{kind}{i}" for i in range(layers) for kind in ("new_k", "new_v")]
+    outputs = ["logits"] + [f"{kind}{i}" for i in range(layers) for kind in ("new_k", "new_v")]
     return ["token_embeddings", "offset", "cross_bias", *per_layer], outputs
 
 
 class DecoderStep(nn.Module):
-    """One cached decoder call for n new tokens (the prompt, then 1 token per step), up to
-    the final layer norm; DecoderHead turns its output into logits.
+    """One cached decoder call for n new tokens (the prompt, then 1 token per step), through
+    the vocabulary projection of the last position.
 
     token_embeddings [n, d] are the tokens' rows of the token table, which the host reads
     from token_embedding.npy row by row (the table is the largest tensor of the model and
@@ -195,7 +195,11 @@ class DecoderStep(nn.Module):
     cross_k{i} [H, dh, T] (pre-transposed) and cross_v{i} [H, T, dh] come from CrossKV;
     cross_bias [T] is added to the cross-attention scores (log(count) on the one padding
     row that stands for count rows, see DecoderSession.start). Returns the last position's
-    hidden state [1, d] and new_k{i}, new_v{i} [n, d] to append to the cache.
+    logits [1, n_vocab] and new_k{i}, new_v{i} [n, d] to append to the cache.
+
+    The projection (most of a step's bytes) is in this graph rather than one of its own so
+    that a token is one onnxruntime run: one thread pool that can stay awake from token to
+    token (see DecoderSession).
     """
 
     def __init__(self, ckpt: Checkpoint) -> None:
@@ -207,6 +211,8 @@ class DecoderStep(nn.Module):
             for i in range(d.decoder_layers)
         )
         self.norm = _Norm(s, "model.decoder.layer_norm")
+        # [d, V]: MatMul's weight layout, which dynamic int8 quantization handles
+        self.register_buffer("proj_t", _t(s["proj_out.weight"]).t().contiguous())
 
     def forward(self, token_embeddings, offset, cross_bias, *per_layer):
         n, past = token_embeddings.shape[0], offset[0]
@@ -220,19 +226,4 @@ class DecoderStep(nn.Module):
             self_k, self_v, cross_k, cross_v = per_layer[4 * i : 4 * i + 4]
             x, k, v = layer(x, mask, self_k[:past], self_v[:past], cross_k, cross_v, cross_bias)
             new += [k, v]
-        return (self.norm(x[:, -1]), *new)  # [1, d], new_k0, new_v0, ...
-
-
-class DecoderHead(nn.Module):
-    """hidden [1, d] -> logits [1, n_vocab]: the projection onto the (tied) token table.
-
-    A graph of its own because it is most of a step's work and the only part worth a
-    second thread (the step's many small ops run faster on one)."""
-
-    def __init__(self, ckpt: Checkpoint) -> None:
-        super().__init__()
-        # [d, V]: MatMul's weight layout, which dynamic int8 quantization handles
-        self.register_buffer("proj_t", _t(ckpt.state["proj_out.weight"]).t().contiguous())
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        return hidden @ self.proj_t
+        return (self.norm(x[:, -1]) @ self.proj_t, *new)  # [1, V], new_k0, new_v0, ...
