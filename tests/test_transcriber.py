@@ -84,7 +84,7 @@ def test_numpy_blas_runs_on_one_thread(engine):
 def test_no_thread_spins_once_the_audio_is_done(engine, dev_dir):
     """onnxruntime's threads spin while they wait for work, which an always-on daemon can
     only afford while it works: the encoder's stop when its run ends, the decoder's ~1 ms
-    after a window's last token. (A pool left to onnxruntime's default spins ~40 ms of CPU
+    after a window's last token. (One pool at onnxruntime's default spin took ~35 ms of CPU
     after its last run; ours take ~5 ms.)"""
     import time
 
