@@ -12,23 +12,22 @@ import logging
 import sys
 
 from edgeasr import __version__
+from edgeasr.commands import common
 from edgeasr.errors import EdgeAsrError
 
 # Each module exposes `register(subparsers)`, which adds its sub-command(s) and sets
 # `func=handler(args) -> int` on them. Heavy imports stay inside the handlers.
 COMMAND_MODULES = (
-    "edgeasr.transcribe",
-    "edgeasr.bench",
+    "edgeasr.commands.transcribe",
+    "edgeasr.commands.bench",
     "edgeasr.models.commands",
-    "edgeasr.check",
-    "edgeasr.capture",
+    "edgeasr.commands.check",
+    "edgeasr.commands.devices",
 )
-
-log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgeasr import daemon
+    from edgeasr.commands import run
 
     parser = argparse.ArgumentParser(
         prog="edgeasr",
@@ -36,33 +35,22 @@ def build_parser() -> argparse.ArgumentParser:
         "Without a sub-command, runs the daemon.",
     )
     parser.add_argument("--version", action="version", version=f"edgeasr {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level (default: the config's log.level, else INFO)",
-    )
-    daemon.add_arguments(parser)
+    common.add_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
-    parser.set_defaults(func=daemon.main)
+    for sub in subparsers.choices.values():
+        common.add_arguments(sub, after_command=True)
+    parser.set_defaults(func=run.main)
     return parser
-
-
-def setup_logging(level: str | None) -> None:
-    logging.basicConfig(
-        level=level or "INFO",
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None or not getattr(args, "manages_logging", False):
-        setup_logging(args.log_level)
+    args = common.merge(parser.parse_args(argv))
+    if args.command is not None:  # the daemon sets up its own logging from the config
+        logging.basicConfig(level=args.log_level or "INFO", stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
     except EdgeAsrError as exc:

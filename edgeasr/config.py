@@ -74,7 +74,8 @@ class Matches(Rule):
 
 
 def opt(default: Any = None, rule: Rule | None = None, **meta: Any) -> Any:
-    """A config field: its default and the rule its value must follow."""
+    """A config field: its default and the rule its value must follow. Meta keys: `live`
+    (SIGHUP applies it to a running daemon), `credential` (looked up in $CREDENTIALS_DIRECTORY)."""
     return field(default=default, metadata={"rule": rule, **meta})
 
 
@@ -104,8 +105,8 @@ def default_state_dir() -> Path:
 
 @dataclass(frozen=True)
 class LogConfig:
-    level: str = opt("INFO", OneOf(("DEBUG", "INFO", "WARNING", "ERROR")))
-    transcripts: bool = opt(False)  # transcripts at INFO (else DEBUG only)
+    level: str = opt("INFO", OneOf(("DEBUG", "INFO", "WARNING", "ERROR")), live=True)
+    transcripts: bool = opt(False, live=True)  # transcripts at INFO (else DEBUG only)
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,8 @@ class VadOptions:
 @dataclass(frozen=True)
 class ModelConfig:
     path: Path | None = opt(None)
-    language: str | None = opt(None)
-    task: str = opt("transcribe", OneOf(("transcribe", "translate")))
+    language: str | None = opt(None, live=True)
+    task: str = opt("transcribe", OneOf(("transcribe", "translate")), live=True)
 
 
 @dataclass(frozen=True)
@@ -153,17 +154,17 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    preset: str = opt("balanced", OneOf(("conservative", "balanced", "aggressive")))
+    preset: str = opt("balanced", OneOf(("conservative", "balanced", "aggressive")), live=True)
     precision: str = opt("int8", OneOf(("int8", "fp32")))
     threads: int = opt(2, AT_LEAST_1)
-    encoder_padding: int | None = opt(None, Range(500, 1500))
-    repetition_penalty: float | None = opt(None, Range(1))
-    eos_threshold: float | None = opt(None, Range(0, 1, lo_open=True))
-    max_tokens_per_s: float = opt(6.0, POSITIVE)
-    logprob_threshold: float = opt(-1.0)
-    no_speech_threshold: float = opt(0.6, Range(0, 1))
-    compression_ratio_threshold: float = opt(2.4, POSITIVE)
-    on_gate_fail: str = opt("drop", OneOf(("drop", "retry", "keep")))
+    encoder_padding: int | None = opt(None, Range(500, 1500), live=True)
+    repetition_penalty: float | None = opt(None, Range(1), live=True)
+    eos_threshold: float | None = opt(None, Range(0, 1, lo_open=True), live=True)
+    max_tokens_per_s: float = opt(6.0, POSITIVE, live=True)
+    logprob_threshold: float = opt(-1.0, live=True)
+    no_speech_threshold: float = opt(0.6, Range(0, 1), live=True)
+    compression_ratio_threshold: float = opt(2.4, POSITIVE, live=True)
+    on_gate_fail: str = opt("drop", OneOf(("drop", "retry", "keep")), live=True)
 
 
 @dataclass(frozen=True)
@@ -393,6 +394,54 @@ def _check_inputs(cfg: Config) -> None:
             f"mqtt.reconnect_max_s: {cfg.mqtt.reconnect_max_s} is not allowed "
             f"(>= mqtt.reconnect_min_s, {cfg.mqtt.reconnect_min_s})"
         )
+
+
+# --- reloading ----------------------------------------------------------------------------
+
+
+def live_keys() -> tuple[str, ...]:
+    """Dotted keys a running daemon applies on SIGHUP (fields marked `live`)."""
+    return tuple(key for key, f in _leaves(Config) if f.metadata.get("live"))
+
+
+def _leaves(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field]]:
+    hints = typing.get_type_hints(cls)
+    out: list[tuple[str, dataclasses.Field]] = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += _leaves(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", f))
+    return out
+
+
+def changed_keys(old: Any, new: Any) -> list[str]:
+    """Dotted keys whose values differ, in key-tree order."""
+    a, b = flatten(as_dict(old)), flatten(as_dict(new))
+    return [k for k in b if a.get(k) != b[k]]
+
+
+def with_live(running: Any, new: Any) -> Any:
+    """`running` with its live fields taken from `new`: what a SIGHUP puts into effect."""
+    changes = {}
+    for f in dataclasses.fields(running):
+        old, value = getattr(running, f.name), getattr(new, f.name)
+        if dataclasses.is_dataclass(old):
+            changes[f.name] = with_live(old, value)
+        elif f.metadata.get("live"):
+            changes[f.name] = value
+    return dataclasses.replace(running, **changes)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 # --- rendering ----------------------------------------------------------------------------

@@ -1,91 +1,37 @@
-"""`edgeasr [--config FILE]`: build the pipeline from the configuration and run it under systemd.
+"""The daemon: `build(cfg, bundle)` wires every collaborator from the configuration; `Daemon`
+runs them under systemd.
+
+This is the composition root, the one place that knows the concrete classes of every stage
+(audio in, the engine, publishers out, the service manager). `Daemon` itself receives them
+built, so a test can run it in process with fakes.
 
 SIGTERM/SIGINT: stop capture, finish the segment in progress and the queue within
-pipeline.stop_deadline_s, publish `offline`, exit 0. SIGHUP: reload the config file;
-log.level, log.transcripts and the decoder's preset, penalty, EOS threshold and gate
-thresholds apply live, every other key needs a restart (the log says which changed).
+pipeline.stop_deadline_s, publish `offline`, exit 0. SIGHUP: reload the config file; the
+keys the config marks `live` (config.live_keys) apply at once, every other change needs a
+restart (the log names them).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import logging
 import signal
 import sys
 import threading
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from edgeasr import __version__
+from edgeasr.bundle import Bundle
+from edgeasr.config import Config, changed_keys, live_keys, with_live
+from edgeasr.errors import ConfigError, EdgeAsrError
+from edgeasr.stages import AudioSource, Engine, Publisher
 
 log = logging.getLogger(__name__)
 
-LIVE_KEYS = ("log.level", "log.transcripts", "decoder.preset", "decoder.repetition_penalty",
-             "decoder.eos_threshold", "decoder.logprob_threshold", "decoder.no_speech_threshold",
-             "decoder.compression_ratio_threshold", "decoder.on_gate_fail", "decoder.max_tokens_per_s")
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
-                        help="YAML configuration (default: built-in defaults)")
-    parser.add_argument("--input", default=None, metavar="FILE",
-                        help="transcribe this audio file instead of the microphone ('-': raw "
-                        "s16le 16 kHz on stdin); same as input.source=file, input.path=FILE")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set vad.aggressiveness=3 (repeatable)")
-
-
-def overrides_from_args(args: argparse.Namespace) -> dict:
-    import yaml
-
-    from edgeasr.errors import UsageError
-
-    out: dict = {}
-    if args.input == "-":
-        out["input.source"] = "stdin"
-    elif args.input:
-        out.update({"input.source": "file", "input.path": args.input})
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set {item}: expected KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
-def engine_settings(cfg):
-    from edgeasr.engine import EngineSettings
-
-    e, d, m = cfg.encoder, cfg.decoder, cfg.model
-    return EngineSettings(
-        backend=e.backend, encoder_precision=e.precision, encoder_threads=e.threads, hef=e.hef,
-        hailo_timeout_ms=e.timeout_ms, hailo_scheduler=e.scheduler, hailo_service_group=e.service_group,
-        decoder_precision=d.precision, decoder_threads=d.threads, preset=d.preset,
-        language=m.language, task=m.task, encoder_padding=d.encoder_padding,
-        repetition_penalty=d.repetition_penalty, eos_threshold=d.eos_threshold,
-        max_tokens_per_s=d.max_tokens_per_s, logprob_threshold=d.logprob_threshold,
-        no_speech_threshold=d.no_speech_threshold,
-        compression_ratio_threshold=d.compression_ratio_threshold, on_gate_fail=d.on_gate_fail)
-
-
-def open_source(cfg):
-    i = cfg.input
-    if i.source == "file":
-        from edgeasr.sources import FileSource
-
-        return FileSource(i.path, i.realtime, i.block_ms)
-    if i.source == "stdin":
-        from edgeasr.sources import StdinSource
-
-        return StdinSource(sys.stdin.buffer, i.block_ms)
-    from edgeasr.capture import MicSource
-
-    return MicSource(i.device, i.samplerate, i.block_ms, i.ring_s)
-
-
-def window_s(cfg, bundle) -> float:
-    from edgeasr.errors import ConfigError
-
+def window_s(cfg: Config, bundle: Bundle) -> float:
+    """The longest speech window: vad.max_window_s, at most the model's window."""
     limit = bundle.audio.window_s
     if cfg.vad.max_window_s is not None and cfg.vad.max_window_s > limit:
         raise ConfigError(f"vad.max_window_s: {cfg.vad.max_window_s} is not allowed "
@@ -93,162 +39,170 @@ def window_s(cfg, bundle) -> float:
     return cfg.vad.max_window_s or limit
 
 
-def setup_logging(cfg, level_override: str | None) -> None:
-    from edgeasr.notify import journal_handler
+def open_source(cfg: Config) -> AudioSource:
+    i = cfg.input
+    if i.source == "file":
+        from edgeasr.audio.sources import FileSource
 
-    handler = journal_handler() or logging.StreamHandler(sys.stderr)
-    if isinstance(handler, logging.StreamHandler):
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level_override or cfg.log.level)
+        return FileSource(i.path, i.realtime, i.block_ms)
+    if i.source == "stdin":
+        from edgeasr.audio.sources import StdinSource
 
+        return StdinSource(sys.stdin.buffer, i.block_ms)
+    from edgeasr.audio.capture import MicSource
 
-def main(args: argparse.Namespace) -> int:
-    from edgeasr.config import load_config
-
-    cfg = load_config(args.config, overrides_from_args(args))
-    setup_logging(cfg, args.log_level)
-    return Daemon(cfg, args).run()
+    return MicSource(i.device, i.samplerate, i.block_ms, i.ring_s)
 
 
+@dataclass
+class Outputs:
+    """Where transcripts go: the publishers, and the MQTT side when there is a broker."""
+
+    publishers: list[Publisher]
+    mqtt: Any = None  # edgeasr.output.mqtt.MqttPublisher
+    outbox: Any = None  # edgeasr.output.outbox.Outbox
+
+    def report_error(self, error: str, context: str) -> None:
+        if self.mqtt is not None:
+            self.mqtt.publish_error(error, context)
+
+    def close(self, timeout_s: float) -> None:
+        for publisher in self.publishers:
+            publisher.close(timeout_s)
+        if self.outbox is not None:
+            self.outbox.close()
+
+
+def build_outputs(cfg: Config, model: str, backend: str) -> Outputs:
+    outputs = Outputs([])
+    if cfg.mqtt.host:
+        from edgeasr.output.mqtt import MqttPublisher
+        from edgeasr.output.outbox import Outbox
+
+        outputs.outbox = Outbox.in_state_dir(cfg.state_dir, cfg.mqtt.outbox_max)
+        outputs.mqtt = MqttPublisher(cfg.mqtt, device_id=cfg.device_id, outbox=outputs.outbox,
+                                     version=__version__, model=model, backend=backend)
+        outputs.publishers.append(outputs.mqtt)
+    stdout = cfg.output.stdout if cfg.output.stdout is not None else not cfg.mqtt.host
+    if stdout:
+        from edgeasr.output.payload import StdoutPublisher
+
+        outputs.publishers.append(StdoutPublisher(device_id=cfg.device_id, model=model, backend=backend))
+    return outputs
+
+
+def build(cfg: Config, bundle: Bundle) -> Daemon:
+    """Every collaborator of the daemon, built from the configuration."""
+    from edgeasr.asr.engine import build_engine
+    from edgeasr.audio.clock import StreamClock
+    from edgeasr.audio.segmenter import PauseFinder, Segmenter
+    from edgeasr.notify import Progress, SystemdNotifier
+    from edgeasr.pipeline import Pipeline
+
+    notifier = SystemdNotifier()
+    notifier.status("loading the model")
+    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    backend = engine.encoder.backend
+    outputs = build_outputs(cfg, bundle.name, backend)
+    source = open_source(cfg)
+    progress = Progress("capture", "worker")
+    live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
+    pipeline = Pipeline(source, Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), engine,
+                        outputs.publishers, cfg.pipeline, live=live,
+                        log_transcripts=cfg.log.transcripts, progress=progress.mark,
+                        report_error=outputs.report_error)
+    if outputs.mqtt is not None:
+        outputs.mqtt.metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
+    return Daemon(cfg, engine=engine, pipeline=pipeline, outputs=outputs, notifier=notifier,
+                  progress=progress, model=bundle.name, backend=backend)
+
+
+@dataclass
 class Daemon:
-    """Builds the collaborators, runs the pipeline, handles signals and the service manager."""
+    """Runs the pipeline, handles signals and talks to the service manager."""
 
-    def __init__(self, cfg, args: argparse.Namespace) -> None:
-        self.cfg, self.args = cfg, args
-        self._reload = threading.Event()
+    cfg: Config
+    engine: Engine
+    pipeline: Any  # edgeasr.pipeline.Pipeline
+    outputs: Outputs
+    notifier: Any  # edgeasr.notify.SystemdNotifier
+    progress: Any  # edgeasr.notify.Progress
+    model: str
+    backend: str
+    # re-reads the config file on SIGHUP (None: reloading is not possible)
+    reload_config: Callable[[], Config] | None = None
+    _reload: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> int:
-        from edgeasr.engine import build_transcriber, open_bundle
-        from edgeasr.notify import Progress, SystemdNotifier, Watchdog
-        from edgeasr.pipeline import Pipeline, PipelineOptions
-        from edgeasr.segmenter import Segmenter
-        from edgeasr.sources import StreamClock
+        from edgeasr.notify import Watchdog
 
-        cfg = self.cfg
-        notifier = SystemdNotifier()
-        notifier.status("loading the model")
-        bundle = open_bundle(cfg.model.path, cache_dir=cfg.state_dir / "models")
-        engine = build_transcriber(bundle, engine_settings(cfg), cfg.vad)
-        self.engine = engine
-        backend = engine.encoder.backend
-        source = open_source(cfg)
-        segmenter = Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock())
-        progress = Progress("capture", "worker")
-        publishers, mqtt = self._publishers(bundle.name, backend)
-        live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
-        options = PipelineOptions(device_id=cfg.device_id, model=bundle.name, backend=backend,
-                                  queue_s=cfg.pipeline.queue_s, stop_deadline_s=cfg.pipeline.stop_deadline_s,
-                                  live=live, log_transcripts=cfg.log.transcripts)
-
-        def report_error(error: str, context: str) -> None:
-            if mqtt is not None:
-                mqtt.publish_error(error, context)
-
-        pipeline = Pipeline(source, segmenter, engine, publishers, options, progress=progress.mark,
-                            status=lambda text: notifier.status(self._status(text, source, mqtt)),
-                            report_error=report_error)
-        self.pipeline = pipeline
-        if mqtt is not None:
-            mqtt.metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
-        self._install_signals(pipeline)
-        watchdog = Watchdog(notifier, progress)
+        pipeline, notifier = self.pipeline, self.notifier
+        pipeline.status = lambda text: notifier.status(self._status(text))
+        self._install_signals()
+        watchdog = Watchdog(notifier, self.progress)
         runner = threading.Thread(target=pipeline.run, name="edgeasr-capture")
+        if self.outputs.mqtt is not None:
+            self.outputs.mqtt.start()
         runner.start()
-        log.info("edgeasr %s: model %s on %s, input %s", __version__, bundle.name, backend, cfg.input.source)
+        log.info("edgeasr %s: model %s on %s, input %s", __version__, self.model, self.backend,
+                 self.cfg.input.source)
         while runner.is_alive() and not pipeline.wait_for_audio(0.5):
             pass
-        notifier.ready(self._status("listening", source, mqtt))
+        notifier.ready(self._status("listening"))
         watchdog.start()
         while runner.is_alive():
             runner.join(0.5)
             if self._reload.is_set():
                 self._reload.clear()
-                self._apply_reload()
+                self.reload()
         watchdog.stop()  # first: no ping may follow STOPPING=1
         notifier.stopping()
-        for publisher in publishers:
-            publisher.close(cfg.pipeline.stop_deadline_s)
-        if self.outbox is not None:
-            self.outbox.close()
-        source.close()
-        log.info("stopped: %d transcripts from %d segments (%d dropped)", pipeline.stats.transcripts,
-                 pipeline.stats.segments, pipeline.queue.dropped)
+        self.outputs.close(self.cfg.pipeline.stop_deadline_s)
+        pipeline.source.close()
+        stats = pipeline.stats
+        log.info("stopped: %d transcripts from %d segments (%d dropped)", stats.transcripts,
+                 stats.segments, pipeline.queue.dropped)
         return 0
 
-    def _publishers(self, model: str, backend: str):
-        cfg = self.cfg
-        publishers, mqtt, self.outbox = [], None, None
-        if cfg.mqtt.host:
-            from edgeasr.mqtt import MqttPublisher
-            from edgeasr.outbox import Outbox
-
-            outbox = self.outbox = Outbox.in_state_dir(cfg.state_dir, cfg.mqtt.outbox_max)
-            mqtt = MqttPublisher(cfg.mqtt, device_id=cfg.device_id, outbox=outbox, version=__version__,
-                                 model=model, backend=backend).start()
-            publishers.append(mqtt)
-        stdout = cfg.output.stdout if cfg.output.stdout is not None else not cfg.mqtt.host
-        if stdout:
-            from edgeasr.payload import StdoutPublisher
-
-            publishers.append(StdoutPublisher())
-        return publishers, mqtt
-
-    @staticmethod
-    def _status(text: str, source, mqtt) -> str:
+    def _status(self, text: str) -> str:
         parts = [text]
-        source_status = getattr(source, "status", "")
+        source_status = getattr(self.pipeline.source, "status", "")
         if "lost" in source_status:
             parts.append(source_status)
+        mqtt = self.outputs.mqtt
         if mqtt is not None and not mqtt.connected:
             parts.append("broker down (transcripts kept in the outbox)")
         return "; ".join(parts)
 
-    def _install_signals(self, pipeline) -> None:
-        def stop(signum, frame) -> None:
+    def _install_signals(self) -> None:
+        def stop(signum: int, frame: object) -> None:
             log.info("%s: finishing the current speech and the queue", signal.Signals(signum).name)
-            pipeline.request_stop()
+            self.pipeline.request_stop()
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, lambda signum, frame: self._reload.set())
 
-    def _apply_reload(self) -> None:
-        from edgeasr.config import as_dict, load_config
-        from edgeasr.decoding import preset_options
-        from edgeasr.errors import EdgeAsrError
-        from edgeasr.gates import default_gates
+    def reload(self) -> None:
+        """SIGHUP: apply the live keys of the file as it is now, compared with what runs."""
+        from edgeasr.asr.engine import reconfigure
 
+        if self.reload_config is None:
+            log.warning("SIGHUP: no configuration file to reload")
+            return
         try:
-            new = load_config(self.args.config, overrides_from_args(self.args))
+            new = self.reload_config()
         except EdgeAsrError as exc:
             log.error("SIGHUP: keeping the running configuration: %s", exc)
             return
-        old_flat, new_flat = _flatten(as_dict(self.cfg)), _flatten(as_dict(new))
-        changed = sorted(k for k in new_flat if new_flat[k] != old_flat.get(k))
-        restart = [k for k in changed if k not in LIVE_KEYS]
-        logging.getLogger().setLevel(self.args.log_level or new.log.level)
-        d = new.decoder
-        self.engine.options = preset_options(
-            d.preset, language=new.model.language, task=new.model.task, encoder_padding=d.encoder_padding,
-            repetition_penalty=d.repetition_penalty, eos_threshold=d.eos_threshold,
-            max_tokens_per_s=d.max_tokens_per_s)
-        self.engine.gates = default_gates(d.logprob_threshold, d.no_speech_threshold,
-                                          d.compression_ratio_threshold)
-        self.engine.on_gate_fail = d.on_gate_fail
-        self.pipeline.options = dataclasses.replace(self.pipeline.options,
-                                                    log_transcripts=new.log.transcripts)
-        log.info("SIGHUP: applied %s", ", ".join(k for k in changed if k in LIVE_KEYS) or "nothing new")
+        changed = changed_keys(self.cfg, new)
+        live = set(live_keys())
+        self.cfg = with_live(self.cfg, new)
+        logging.getLogger().setLevel(self.cfg.log.level)
+        reconfigure(self.engine, self.cfg.model, self.cfg.decoder)
+        self.pipeline.log_transcripts = self.cfg.log.transcripts
+        applied = [k for k in changed if k in live]
+        restart = [k for k in changed if k not in live]
+        log.info("SIGHUP: applied %s", ", ".join(applied) or "nothing new")
         if restart:
             log.warning("SIGHUP: restart to apply %s", ", ".join(restart))
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out

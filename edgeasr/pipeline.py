@@ -16,13 +16,14 @@ import datetime as dt
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from edgeasr import payload as msgs
-from edgeasr.stages import SAMPLE_RATE, AudioSource, Engine, Publisher, SpeechSegment
+from edgeasr.config import PipelineConfig
+from edgeasr.stages import SAMPLE_RATE, AudioSource, Engine, Publisher, SpeechSegment, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -90,24 +91,17 @@ class Stats:
     latencies_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LATENCY_WINDOW))
 
 
-@dataclass(frozen=True)
-class PipelineOptions:
-    device_id: str
-    model: str
-    backend: str
-    queue_s: float = 60.0
-    stop_deadline_s: float = 10.0
-    live: bool = True  # a microphone (or realtime file): drop the oldest when behind
-    log_transcripts: bool = False
-
-
 class Pipeline:
     def __init__(self, source: AudioSource, segmenter, engine: Engine, publishers: list[Publisher],
-                 options: PipelineOptions, progress: Callable[[str], None] = lambda stage: None,
+                 options: PipelineConfig, *, live: bool, log_transcripts: bool = False,
+                 progress: Callable[[str], None] = lambda stage: None,
                  status: Callable[[str], None] = lambda text: None,
                  report_error: Callable[[str, str], None] = lambda error, context: None) -> None:
+        """live: a microphone (or a file read at real time): when inference falls behind, the
+        oldest queued speech is dropped; otherwise capture waits."""
         self.source, self.segmenter, self.engine = source, segmenter, engine
         self.publishers, self.options = publishers, options
+        self.live, self.log_transcripts = live, log_transcripts
         self.progress, self.status, self.report_error = progress, status, report_error
         self.queue = SegmentQueue(options.queue_s)
         self.stats = Stats()
@@ -137,7 +131,7 @@ class Pipeline:
                             self.options.stop_deadline_s, self.queue.depth)
 
     def _capture(self) -> None:
-        live = self.options.live
+        live = self.live
         while not self.stop_event.is_set():
             chunk = self.source.read(IDLE_POLL_S)
             self.progress("capture")
@@ -156,7 +150,7 @@ class Pipeline:
             log.warning("inference is behind: dropped %.1f s of queued speech (%d dropped so far)",
                         old.duration_s, self.queue.dropped)
             self.report_error("inference behind: queued speech dropped",
-                              f"{old.duration_s:.1f} s from {msgs.utc_iso(old.start_utc)}")
+                              f"{old.duration_s:.1f} s from {old.start_utc.isoformat()}")
 
     # ------------------------------------------------------------------ inference
     def _work(self) -> None:
@@ -173,7 +167,7 @@ class Pipeline:
             except Exception as exc:  # the one supervision point of the worker: keep listening
                 self.stats.failures += 1
                 log.exception("transcribing a %.1f s segment failed", segment.duration_s)
-                self.report_error(f"transcription failed: {exc}", msgs.utc_iso(segment.start_utc))
+                self.report_error(f"transcription failed: {exc}", segment.start_utc.isoformat())
             self.status("listening")
 
     def _transcribe(self, segment: SpeechSegment) -> None:
@@ -202,17 +196,15 @@ class Pipeline:
         if not result.text:
             self.stats.empty += 1
             return
-        draft = msgs.build_transcript(segment, result, device_id=self.options.device_id,
-                                      model=self.options.model, backend=self.options.backend)
-        draft["timings_ms"]["total"] = round(busy * 1e3, 1)
+        transcript = Transcript(str(uuid.uuid4()), segment, result, busy * 1e3)
         for publisher in self.publishers:
-            publisher.publish(draft)
+            publisher.publish(transcript)
         latency = (time.monotonic() - segment.speech_end_mono) * 1e3
         self.stats.transcripts += 1
         self.stats.latencies_ms.append(latency)
         log.info("transcript: %.1f s of speech, %d tokens, %.0f ms after speech ended",
                  segment.duration_s, result.tokens, latency)
-        (log.info if self.options.log_transcripts else log.debug)("text: %s", result.text)
+        (log.info if self.log_transcripts else log.debug)("text: %s", result.text)
 
     # ------------------------------------------------------------------ metrics
     def metrics(self) -> dict:

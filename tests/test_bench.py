@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "edgeasr", "bench", "--set", str(dev_dir), "--model", str(tiny_bundle),
+        [sys.executable, "-m", "edgeasr", "bench", "--dataset", str(dev_dir), "--model", str(tiny_bundle),
          "--limit", "3", "--rows", "10s-int8,hybrid-hailo,full-npu-ref,faster-whisper",
          "--out", str(out), "--plot", str(png)],
         capture_output=True, text=True, cwd=REPO, timeout=600, env=dict(os.environ))

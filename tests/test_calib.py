@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from edgeasr.audio import load_audio
+from edgeasr.asr.features import log_mel
+from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import AudioError, MissingInputError, OutputError, UsageError
-from edgeasr.features import log_mel
 from edgeasr.models.calib import audio_files, build_calibration_set, loud_fraction, mel_spec, speech_windows
 
 CLIP = "jfk_inaugural-1961.wav"  # 11 s: one full 10 s window and a 1 s tail

@@ -15,14 +15,14 @@ import soundfile as sf
 import soxr
 from alsa_fixtures import DEV, VirtualMics, finish_child, json_lines, start_child, wait_ready
 
-from edgeasr.sources import to_int16
+from edgeasr.audio.sources import to_int16
 
 CLIP = DEV / "audio" / "ls_test-other_1688-142285-0002.wav"  # 2.8 s of speech
 
 CAPTURE_CHILD = r"""
 import json, sys, time
 import numpy as np
-from edgeasr.capture import MicSource
+from edgeasr.audio.capture import MicSource
 device, rate, n, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 mic = MicSource(device, rate, 30, 2.0)
 print("ready", flush=True)
@@ -45,10 +45,10 @@ mic.close()
 
 DEVICES_CHILD = r"""
 import argparse, sys
-from edgeasr import capture
+from edgeasr.commands import devices
 from edgeasr.errors import EdgeAsrError
 parser = argparse.ArgumentParser(prog="edgeasr")
-capture.register(parser.add_subparsers(dest="command"))
+devices.register(parser.add_subparsers(dest="command"))
 args = parser.parse_args(["devices"])
 try:
     code = args.func(args)
@@ -60,7 +60,7 @@ sys.exit(code)
 
 RESOLVE_CHILD = r"""
 import json
-from edgeasr import capture
+from edgeasr.audio import capture
 from edgeasr.errors import EdgeAsrError
 sd = capture.import_sounddevice()
 found = {q: capture.resolve_device(sd, q).name for q in ["fifomic", "FIFOMIC4", 1]}
@@ -76,7 +76,7 @@ print(json.dumps({"found": found, "errors": errors}))
 REOPEN_CHILD = r"""
 import json, os, time
 from pathlib import Path
-from edgeasr.capture import MicSource
+from edgeasr.audio.capture import MicSource
 asoundrc = Path(os.environ["XDG_CONFIG_HOME"]) / "alsa" / "asoundrc"
 mic = MicSource("fifomic", 16000, 30, 2.0, retry_min_s=0.1)
 print("ready", flush=True)
@@ -224,7 +224,7 @@ def test_lost_device_is_reopened_with_backoff_and_status(mics, tmp_path):
 DROP_CHILD = r"""
 import json, time
 import numpy as np
-from edgeasr.capture import MicSource
+from edgeasr.audio.capture import MicSource
 mic = MicSource("fifomic", 16000, 30, 0.3)  # a ring of 0.3 s
 print("ready", flush=True)
 first = mic.read(5.0)

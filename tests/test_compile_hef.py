@@ -19,8 +19,6 @@ from edgeasr.errors import MissingInputError, ModelError, ToolMissingError, Usag
 from edgeasr.models.calib import build_calibration_set
 from edgeasr.models.compile_hef import NET_NAME, compile_hef, model_script, parse_points, record_hef
 
-pytest_plugins = ("hailo_fixtures",)  # fixtures: standin, hailo_bundle
-
 
 @pytest.fixture(scope="module")
 def calib(dev_dir, tiny_bundle, tmp_path_factory) -> Path:

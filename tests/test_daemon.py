@@ -17,9 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
-
-from broker_fixtures import Broker, mosquitto, subscribe  # noqa: F401 (fixtures)
-from conftest import normalize
+from conftest import make_engine, normalize
 
 REPO = Path(__file__).resolve().parents[1]
 STREAM_TIMEOUT_S = 240
@@ -68,10 +66,7 @@ def base_settings(tiny_bundle: Path, tmp_path: Path, audio: Path, realtime: bool
 
 @pytest.fixture(scope="module")
 def engine(tiny_bundle):
-    from edgeasr.bundle import load_bundle
-    from edgeasr.engine import EngineSettings, build_transcriber
-
-    return build_transcriber(load_bundle(tiny_bundle), EngineSettings(backend="onnx"))
+    return make_engine(tiny_bundle)
 
 
 def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
@@ -178,14 +173,14 @@ def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_bundle, dev_dir, tm
     while time.monotonic() < deadline and messages.count("WATCHDOG=1") < 4:
         try:
             messages.append(sock.recv(4096).decode())
-        except socket.timeout:
+        except TimeoutError:
             pass
     daemon.send_signal(signal.SIGTERM)
     out, err = finish(daemon, 60)
     while True:
         try:
             messages.append(sock.recv(4096).decode())
-        except socket.timeout:
+        except TimeoutError:
             break
     sock.close()
     text = "\n".join(messages)

@@ -10,12 +10,12 @@ import pytest
 import soundfile as sf
 import torch
 from transformers import GenerationMixin, WhisperFeatureExtractor
-
-from edgeasr.bundle import load_bundle
-from edgeasr.decoding import DecoderSession
-from edgeasr.features import SILENCE, silence_level
-from edgeasr.logits import SuppressBlank, SuppressTokens
 from whisper_reference import hf_model
+
+from edgeasr.asr.decoding import DecoderSession
+from edgeasr.asr.features import SILENCE, silence_level
+from edgeasr.asr.logits import SuppressBlank, SuppressTokens
+from edgeasr.bundle import load_bundle
 
 CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en"]
 
@@ -170,7 +170,7 @@ def test_padding_with_the_silence_row_matches_transformers(tiny_bundle, referenc
 def test_a_silence_table_of_the_wrong_shape_is_refused(tiny_bundle, tmp_path):
     import shutil
 
-    from edgeasr.decoding import SilenceRows
+    from edgeasr.asr.decoding import SilenceRows
     from edgeasr.errors import ModelError
 
     copy = tmp_path / "bundle"
@@ -210,7 +210,7 @@ def test_hugging_face_directory_imports_to_the_same_bundle(tiny_checkpoint, refe
 
 
 def test_a_token_table_that_is_not_a_float32_matrix_is_refused(tmp_path):
-    from edgeasr.decoding import TableRows
+    from edgeasr.asr.decoding import TableRows
     from edgeasr.errors import ModelError
 
     np.save(tmp_path / "token_embedding.npy", np.zeros((4, 3, 2), np.float32))

@@ -1,4 +1,4 @@
-"""edgeasr.features against Hugging Face's Whisper front end, on the real dev clips.
+"""edgeasr.asr.features against Hugging Face's Whisper front end, on the real dev clips.
 
 transformers' WhisperFeatureExtractor runs openai/whisper's torch STFT code when torch is
 installed (it is, in the export extra); transformers.audio_utils.spectrogram is HF's numpy
@@ -18,20 +18,20 @@ import soundfile as sf
 from transformers import WhisperFeatureExtractor
 from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
 
-from edgeasr.errors import ModelError
-from edgeasr.features import (
+from edgeasr.asr.features import (
     DYNAMIC_RANGE,
     LOG_FLOOR,
     NORM_OFFSET,
     NORM_SCALE,
-    MelSpec,
     SILENCE,
+    MelSpec,
     MelStream,
     bands_first,
     log_mel,
     mel_filters,
     silence_level,
 )
+from edgeasr.errors import ModelError
 
 DEV = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev"
 CLIPS = sorted((DEV / "audio").glob("*.wav"))
@@ -296,7 +296,7 @@ def test_stream_is_bounded() -> None:
 
 def test_runtime_imports_neither_torch_nor_transformers() -> None:
     code = (
-        "import sys, edgeasr.features, edgeasr.audio; "
+        "import sys, edgeasr.asr.features, edgeasr.audio; "
         "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""edgeasr.hailo through the HailoRT stand-in (tests/hailo_standin, pyhailort 4.23 API).
+"""edgeasr.asr.hailo through the HailoRT stand-in (tests/hailo_standin, pyhailort 4.23 API).
 
 The stand-in runs the bundle's Hailo-ready encoder ONNX with onnxruntime in float32, so the
 NPU path must give the onnxruntime encoder's features; what differs is everything around it:
@@ -16,13 +16,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edgeasr.audio import load_audio
+from edgeasr.asr.features import MelSpec, log_mel
+from edgeasr.asr.hailo import HailoEncoder, hailo_available
+from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ConfigError, DeviceError, MissingInputError, ModelError, ToolMissingError
-from edgeasr.features import MelSpec, log_mel
-from edgeasr.hailo import HailoEncoder, hailo_available
-
-pytest_plugins = ("hailo_fixtures",)  # fixtures: standin, hailo_bundle
 
 TOLERANCE = 1e-4  # max |difference| between the NPU path and onnxruntime, both fp32
 CLIP = "jfk_inaugural-1961.wav"
@@ -101,7 +99,7 @@ def test_device_held_by_another_process(standin, hailo_bundle):
     holder = textwrap.dedent(f"""
         import sys
         from edgeasr.bundle import load_bundle
-        from edgeasr.hailo import HailoEncoder
+        from edgeasr.asr.hailo import HailoEncoder
         enc = HailoEncoder({str(hef)!r}, load_bundle({str(hailo_bundle)!r}), 2000, "round_robin", None)
         print("holding", flush=True)
         sys.stdin.readline()
@@ -149,9 +147,8 @@ def test_service_group_without_hailort_service(standin, hailo_bundle):
 def test_timeout(standin, hailo_bundle, clip_mel, version):
     standin.set(version=version, latency_ms="400")
     hef = standin.write_hef(hailo_bundle)
-    with encoder(hailo_bundle, hef, timeout_ms=50) as enc:
-        with pytest.raises(DeviceError) as err:
-            enc.encode(clip_mel)
+    with encoder(hailo_bundle, hef, timeout_ms=50) as enc, pytest.raises(DeviceError) as err:
+        enc.encode(clip_mel)
     assert "within encoder.timeout_ms = 50 ms" in str(err.value) and "HAILO_TIMEOUT" in str(err.value)
 
 
@@ -250,10 +247,11 @@ def test_hailo_available_with_the_standin(standin, tmp_path):
 
 
 def test_create_encoder_picks_the_npu(standin, hailo_bundle, clip_mel, reference):
-    from edgeasr.encoder import create_encoder
+    from edgeasr.asr.encoder import create_encoder
+    from edgeasr.config import EncoderConfig
 
     standin.write_hef(hailo_bundle)
-    enc = create_encoder(load_bundle(hailo_bundle), backend="auto")
+    enc = create_encoder(load_bundle(hailo_bundle), EncoderConfig(backend="auto"))
     try:
         assert enc.backend == "hailo"
         assert np.abs(enc.encode(clip_mel) - reference).max() <= TOLERANCE

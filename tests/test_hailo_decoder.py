@@ -19,10 +19,18 @@ import torch
 from tokenizers import Tokenizer
 from whisper_reference import hf_model
 
+from edgeasr.asr.encoder import OnnxEncoder
+from edgeasr.asr.features import MelSpec, log_mel
+from edgeasr.asr.reference_decoder import (
+    EMBEDDING_ROLE,
+    EMBEDDINGS_INPUT,
+    FEATURES_INPUT,
+    FullNpuReferenceDecoder,
+    prompt_tokens,
+    suppression_rules,
+)
 from edgeasr.bundle import file_entry, load_bundle
-from edgeasr.encoder import OnnxEncoder
 from edgeasr.errors import ConfigError, ModelError
-from edgeasr.features import MelSpec, log_mel
 from edgeasr.models.checkpoint import load_checkpoint
 from edgeasr.models.hailo_decoder import (
     EMBEDDING_NAME,
@@ -31,14 +39,6 @@ from edgeasr.models.hailo_decoder import (
     export_hailo_decoder,
     sequence_length,
     split_sizes,
-)
-from edgeasr.reference_decoder import (
-    EMBEDDING_ROLE,
-    EMBEDDINGS_INPUT,
-    FEATURES_INPUT,
-    FullNpuReferenceDecoder,
-    prompt_tokens,
-    suppression_rules,
 )
 
 N_POSITIONS = 500  # encoder positions of the 10 s window

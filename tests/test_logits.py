@@ -5,9 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgeasr.asr.logits import (
+    EosBoost,
+    RepetitionPenalty,
+    SuppressBlank,
+    SuppressTokens,
+    TimestampRules,
+    logprob_of_max,
+)
 from edgeasr.bundle import Tokens
-from edgeasr.logits import (EosBoost, RepetitionPenalty, SuppressBlank, SuppressTokens, TimestampRules,
-                            logprob_of_max)
 
 TOK = Tokens(eot=10, sot=11, translate=12, transcribe=13, sot_lm=14, sot_prev=15, no_speech=16,
              no_timestamps=19, timestamp_begin=20, blank=3, languages={})

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_fixtures import TEST_PASSWORD, Broker, Subscriber, mosquitto, mosquitto_tls, subscribe  # noqa: F401
-from test_payload import make_inputs, validator
+from broker_fixtures import TEST_PASSWORD, Broker, Subscriber
+from test_payload import make_inputs, transcript, validator
 
-from edgeasr import payload as msgs
 from edgeasr.config import load_config
 from edgeasr.errors import ConfigError, MissingInputError
-from edgeasr.mqtt import MqttPublisher, Topics
-from edgeasr.outbox import Outbox
+from edgeasr.output import payload as msgs
+from edgeasr.output.mqtt import MqttPublisher, Topics
+from edgeasr.output.outbox import Outbox
+from edgeasr.stages import Transcript
 
 TESTS = Path(__file__).resolve().parent
 DEVICE = "dev1"
@@ -27,11 +28,9 @@ TOPICS = Topics.for_device("edgeasr", DEVICE)
 INFO = {"version": "0.0-test", "model": "tiny.en", "backend": "onnx"}
 
 
-def sample_draft(i: int) -> dict:
+def sample_draft(i: int) -> Transcript:
     segment, transcription = make_inputs(text=f" utterance {i}")
-    return msgs.build_transcript(
-        segment, transcription, device_id=DEVICE, model=INFO["model"], backend=INFO["backend"]
-    )
+    return transcript(segment, transcription)
 
 
 def make_publisher(broker: Broker, state: Path, **mqtt: Any) -> MqttPublisher:
@@ -128,8 +127,8 @@ import json, sys
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
 from edgeasr.config import load_config
-from edgeasr.mqtt import MqttPublisher
-from edgeasr.outbox import Outbox
+from edgeasr.output.mqtt import MqttPublisher
+from edgeasr.output.outbox import Outbox
 from test_mqtt import DEVICE, INFO, sample_draft
 options = load_config(None, json.loads(sys.argv[1])).mqtt
 outbox = Outbox.in_state_dir(Path(sys.argv[2]), options.outbox_max)

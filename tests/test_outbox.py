@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgeasr.errors import OutputError
-from edgeasr.outbox import FILENAME, Outbox
+from edgeasr.output.outbox import FILENAME, Outbox
 
 
 def message(i: int) -> dict:
@@ -73,7 +73,7 @@ def test_rows_survive_sigkill(tmp_path: Path):
     script = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from edgeasr.outbox import Outbox\n"
+        "from edgeasr.output.outbox import Outbox\n"
         "box = Outbox.in_state_dir(Path(sys.argv[1]), max_items=100)\n"
         "for i in range(20):\n"
         "    box.append({'id': str(i), 'seq': None})\n"

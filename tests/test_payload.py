@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 
 from edgeasr import __version__
-from edgeasr import payload as msgs
 from edgeasr.errors import OutputError
-from edgeasr.outbox import Outbox
-from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcription
+from edgeasr.output import payload as msgs
+from edgeasr.output.outbox import Outbox
+from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcript, Transcription
 
+SOURCE = {"device_id": "d", "model": "m", "backend": "b"}
 T0 = dt.datetime(2025, 3, 1, 12, 0, 5, 250_000, tzinfo=dt.UTC)
 
 
@@ -63,16 +64,21 @@ def make_inputs(text: str = " Hello there, general.", seconds: float = 2.5, end_
     return segment, transcription
 
 
+def transcript(segment: SpeechSegment, transcription: Transcription) -> Transcript:
+    busy = sum(transcription.timings_ms.values())  # all the engine's time went into the stages
+    return Transcript(str(uuid.uuid4()), segment, transcription, busy)
+
+
 def draft(segment: SpeechSegment, transcription: Transcription) -> dict:
-    return msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b")
+    return msgs.build_transcript(transcript(segment, transcription), device_id="d", model="m", backend="b")
 
 
 def make_transcript(**kwargs) -> dict:
     segment, transcription = make_inputs(**kwargs)
-    draft = msgs.build_transcript(
-        segment, transcription, device_id="kitchen-pi", model="tiny.en", backend="onnx"
+    built = msgs.build_transcript(
+        transcript(segment, transcription), device_id="kitchen-pi", model="tiny.en", backend="onnx"
     )
-    return msgs.finish(draft, now_mono=segment.speech_end_mono + 0.4321, seq=7)
+    return msgs.finish(built, now_mono=segment.speech_end_mono + 0.4321, seq=7)
 
 
 def test_transcript_is_valid_and_carries_the_inputs():
@@ -116,9 +122,7 @@ def test_schema_rejects_broken_transcripts(change):
 
 
 def test_draft_is_not_publishable_until_finished():
-    segment, transcription = make_inputs()
-    draft = msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b")
-    assert not validator().is_valid(draft)
+    assert not validator().is_valid(draft(*make_inputs()))
 
 
 def test_utc_iso_converts_and_rejects_naive_times():
@@ -181,9 +185,9 @@ def test_home_assistant_discovery_config_and_state_template():
 def test_stdout_publisher_writes_one_flushed_line_per_transcript():
     segment, transcription = make_inputs()
     stream = io.StringIO()
-    publisher = msgs.StdoutPublisher(stream)
+    publisher = msgs.StdoutPublisher(stream=stream, **SOURCE)
     for _ in range(3):
-        publisher.publish(draft(segment, transcription))
+        publisher.publish(transcript(segment, transcription))
     publisher.close(1.0)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3
@@ -199,9 +203,9 @@ def test_stdout_publisher_seq_survives_restart_through_the_outbox(tmp_path: Path
     for _ in range(2):  # two daemon runs
         outbox = Outbox.in_state_dir(tmp_path, max_items=10)
         stream = io.StringIO()
-        publisher = msgs.StdoutPublisher(stream, next_seq=outbox.next_seq)
+        publisher = msgs.StdoutPublisher(stream=stream, next_seq=outbox.next_seq, **SOURCE)
         for _ in range(2):
-            publisher.publish(draft(segment, transcription))
+            publisher.publish(transcript(segment, transcription))
         outbox.close()
         seqs += [json.loads(line)["seq"] for line in stream.getvalue().splitlines()]
     assert seqs == [1, 2, 3, 4]
@@ -212,15 +216,13 @@ def test_stdout_publisher_closed_stream_is_an_output_error():
     stream.close()
     segment, transcription = make_inputs()
     with pytest.raises(OutputError, match="stdout"):
-        msgs.StdoutPublisher(stream).publish(
-            msgs.build_transcript(segment, transcription, device_id="d", model="m", backend="b")
-        )
+        msgs.StdoutPublisher(stream=stream, **SOURCE).publish(transcript(segment, transcription))
 
 
 def test_schema_is_shipped_as_package_data():
     import importlib.resources
 
-    resource = importlib.resources.files("edgeasr").joinpath(msgs.SCHEMA_RESOURCE)
+    resource = importlib.resources.files("edgeasr.output").joinpath(msgs.SCHEMA_RESOURCE)
     assert resource.is_file()
     schema = json.loads(resource.read_text("utf-8"))
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"

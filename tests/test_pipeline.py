@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import soundfile as sf
-
-from edgeasr.config import VadOptions
-from edgeasr.pipeline import Pipeline, PipelineOptions
-from edgeasr.segmenter import Segmenter
-from edgeasr.sources import FileSource, StreamClock
-from edgeasr.stages import SAMPLE_RATE, TextSegment, Transcription
 from test_segmenter import WINDOW_S, sentence_pause_sentence
+
+from edgeasr.audio.clock import StreamClock
+from edgeasr.audio.segmenter import Segmenter
+from edgeasr.audio.sources import FileSource
+from edgeasr.config import PipelineConfig, VadOptions
+from edgeasr.pipeline import Pipeline
+from edgeasr.stages import SAMPLE_RATE, TextSegment, Transcription
 
 
 class RecordingEngine:
@@ -29,10 +30,10 @@ class RecordingEngine:
 
 class ListPublisher:
     def __init__(self) -> None:
-        self.payloads: list[dict] = []
+        self.payloads: list = []
 
-    def publish(self, payload: dict) -> None:
-        self.payloads.append(payload)
+    def publish(self, transcript) -> None:
+        self.payloads.append(transcript)
 
     def close(self, timeout_s: float) -> None:
         pass
@@ -44,7 +45,7 @@ def test_a_segment_cut_in_a_pause_is_decoded_as_complete(tmp_path):
     engine, publisher = RecordingEngine(), ListPublisher()
     pipeline = Pipeline(FileSource(tmp_path / "two.wav", realtime=False, block_ms=30),
                         Segmenter(VadOptions(), WINDOW_S, StreamClock()), engine, [publisher],
-                        PipelineOptions(device_id="test", model="m", backend="onnx", live=False))
+                        PipelineConfig(), live=False)
     pipeline.run()
     # the first segment was cut at the window limit, in the pause: no tail to carry over
     assert len(engine.calls) == 2 and [final for _, final in engine.calls] == [True, True]

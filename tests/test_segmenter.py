@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from edgeasr.audio.clock import StreamClock
+from edgeasr.audio.segmenter import PauseFinder, Segmenter
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
-from edgeasr.segmenter import PauseFinder, Segmenter
-from edgeasr.sources import StreamClock
 from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechSegment
 
 DEV = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev"

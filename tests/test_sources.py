@@ -12,8 +12,9 @@ import pytest
 import soundfile as sf
 import soxr
 
+from edgeasr.audio.clock import StreamClock
+from edgeasr.audio.sources import FileSource, StdinSource, to_int16
 from edgeasr.errors import AudioError, MissingInputError
-from edgeasr.sources import FileSource, StdinSource, StreamClock, to_int16
 from edgeasr.stages import SAMPLE_RATE, AudioChunk
 
 DEV = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev"
@@ -120,7 +121,7 @@ def test_stdin_odd_byte_is_dropped_not_misaligned(tmp_path):
 
 
 def test_stream_clock_maps_samples_to_utc():
-    now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     clock = StreamClock(now_utc=lambda: now, monotonic=lambda: 100.5)
     # first chunk: samples 0..16000 captured, the last one at t_mono 100.0, seen at 100.5
     clock.observe(AudioChunk(np.zeros(16000, np.int16), 0, 100.0))
@@ -128,4 +129,4 @@ def test_stream_clock_maps_samples_to_utc():
     assert clock.utc(24000) - clock.utc(8000) == dt.timedelta(seconds=1)
     clock.observe(AudioChunk(np.zeros(16000, np.int16), 16000, 101.0))  # the anchor stays
     assert clock.utc(0) == now - dt.timedelta(seconds=1.5)
-    assert clock.utc(0).tzinfo is dt.timezone.utc
+    assert clock.utc(0).tzinfo is dt.UTC

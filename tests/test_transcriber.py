@@ -6,19 +6,18 @@ import re
 
 import numpy as np
 import pytest
+from conftest import make_engine, normalize, wer
 
-from conftest import normalize, wer
-from edgeasr.audio import load_audio
+from edgeasr.asr.decoding import WindowResult
+from edgeasr.asr.gates import LowConfidence
+from edgeasr.asr.transcriber import Transcriber
+from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
-from edgeasr.decoding import WindowResult
-from edgeasr.engine import EngineSettings, build_transcriber
-from edgeasr.gates import LowConfidence
-from edgeasr.transcriber import Transcriber
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_bundle):
-    return build_transcriber(load_bundle(tiny_bundle), EngineSettings(backend="onnx"))
+    return make_engine(tiny_bundle)
 
 
 def clip(dev_dir, name: str) -> np.ndarray:
@@ -128,7 +127,7 @@ def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, 
 def test_multilingual_bundle_detects_english(base_bundle, dev_dir, dev_manifest):
     bundle = load_bundle(base_bundle)
     assert bundle.multilingual and bundle.tokens.sot == 50258 and bundle.tokens.languages["en"] == 50259
-    engine = build_transcriber(bundle, EngineSettings(backend="onnx"))
+    engine = make_engine(base_bundle)
     name = "ls_test-other_1688-142285-0003"
     ref = next(r["reference"] for r in dev_manifest if r["id"] == name)
     result = engine.transcribe(clip(dev_dir, name))

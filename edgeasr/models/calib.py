@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeasr.audio import load_audio
+from edgeasr.asr.features import MelSpec, log_mel
+from edgeasr.audio.files import load_audio
 from edgeasr.bundle import AudioSpec
 from edgeasr.errors import AudioError, MissingInputError, OutputError, UsageError
-from edgeasr.features import MelSpec, log_mel
 
 log = logging.getLogger(__name__)
 

@@ -77,10 +77,11 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _calib(args: argparse.Namespace) -> int:
-    from edgeasr.engine import open_bundle
+    from edgeasr.commands.common import load
     from edgeasr.models.calib import build_calibration_set
+    from edgeasr.models.default import open_bundle
 
-    bundle = open_bundle(args.model)
+    bundle = open_bundle(load(args, {"model.path": args.model} if args.model else {}))
     out = build_calibration_set(args.audio, args.count, args.out, bundle.audio)
     print(out)
     return 0

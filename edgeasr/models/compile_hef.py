@@ -18,7 +18,7 @@ Layout. Our encoder's ONNX input is NHWC mel [1, 1, F, M] followed by a Transpos
 every HEF input as NHWC without batch, so parsing starts at that first Conv
 (start_node_names=[conv1], net_input_shapes={conv1: [1, M, 1, F]}): the Transpose stays out
 of the HEF (nothing to run on the host for it) and the HEF input is the conv's NCHW input
-seen as NHWC, (1, F, M) -- exactly the bytes of edgeasr.features' [1, 1, F, M] window, and the
+seen as NHWC, (1, F, M) -- exactly the bytes of edgeasr.asr.features' [1, 1, F, M] window, and the
 layout Hailo's own Whisper encoder HEF takes ((1, 1000, 80) for tiny, 10 s).
 
 Quantization. The model script follows hailocs/hailo-whisper
@@ -368,7 +368,7 @@ def _compile_cli(p: Plan, cmds: list[str]) -> None:
 def _vstreams(hef: Path) -> dict | None:
     """The HEF's vstream names, when HailoRT is installed here too."""
     try:
-        from edgeasr.hailo import hef_vstreams
+        from edgeasr.asr.hailo import hef_vstreams
 
         return hef_vstreams(hef)
     except (ToolMissingError, ModelError) as exc:

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from edgeasr import __version__
+from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError
-from edgeasr.features import SILENCE
 from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
 from edgeasr.models.hailo_decoder import KEPT_AS_IS, export_hailo_decoder, write_token_table
 
@@ -42,8 +42,8 @@ SILENCE_COUNT = 16
 
 def _torch():
     try:
-        import torch  # noqa: F401
         import onnx  # noqa: F401
+        import torch  # noqa: F401
     except ImportError as exc:
         raise ToolMissingError(
             f"model export needs the export extra ({exc.name} is missing): pip install 'edgeasr[export]'"
@@ -170,9 +170,8 @@ def silence_rows(torch, ckpt: Checkpoint, n_positions: int, out: Path) -> list[f
 
 
 def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists() and any(out.iterdir()):
-        if not force and not (out / MANIFEST).exists():
-            raise OutputError(f"{out}: exists and is not an edgeasr bundle (use an empty directory)")
+    if out.exists() and any(out.iterdir()) and not force and not (out / MANIFEST).exists():
+        raise OutputError(f"{out}: exists and is not an edgeasr bundle (use an empty directory)")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -272,7 +271,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
             "format": FORMAT,
             "name": ckpt.name,
             "edgeasr_version": __version__,
-            "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "source": ckpt.source,
             "model": {
                 "multilingual": d.multilingual, "n_vocab": d.n_vocab, "d_model": d.d_model,

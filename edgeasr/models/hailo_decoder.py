@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from edgeasr.asr.reference_decoder import EMBEDDING_ROLE, EMBEDDINGS_INPUT, FEATURES_INPUT, GRAPH_ROLE
 from edgeasr.errors import ModelError
 from edgeasr.models.checkpoint import Checkpoint
 from edgeasr.models.torch_whisper import _Mlp, _Norm, _Projections, _t
-from edgeasr.reference_decoder import EMBEDDING_ROLE, EMBEDDINGS_INPUT, FEATURES_INPUT, GRAPH_ROLE
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ SEQUENCE_LENGTHS = {384: 32, 512: 24}
 
 ONNX_NAME = "hailo_decoder.onnx"
 EMBEDDING_NAME = "token_embedding.npy"
-INPUTS = (FEATURES_INPUT, EMBEDDINGS_INPUT)  # the runtime's contract (edgeasr.reference_decoder)
+INPUTS = (FEATURES_INPUT, EMBEDDINGS_INPUT)  # the runtime's contract (edgeasr.asr.reference_decoder)
 OUTPUTS = tuple(f"logits_{i}" for i in range(N_OUTPUT_SPLITS))
 KEPT_AS_IS = (  # onnxsim passes not run
     "fuse_qkv", "fuse_matmul_add_bias_into_gemm", "fuse_matmul_add_bias_into_gemm_batched",

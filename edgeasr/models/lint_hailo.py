@@ -13,7 +13,7 @@ Rules and where they come from:
 - no 1-D convolutions: the DFC has none; Whisper's Conv1d(k=3) must be Conv2d(k=(1,3)) on a
   height-1 image, as hailo-whisper's hailo-compatibility-changes.patch and our torch_whisper do.
 - NHWC input: one rank-4 input [1, 1, n_frames, n_mels] (batch 1, height 1, mels as channels),
-  the layout edgeasr.features produces and Hailo's Whisper app feeds the encoder HEF.
+  the layout edgeasr.asr.features produces and Hailo's Whisper app feeds the encoder HEF.
 - supported ops: HAILO_ONNX_OPS below, the ONNX operators the DFC's parser maps to Hailo
   layers per the DFC User Guide v3.27-3.33, section "Supported Layers" / ONNX operators list,
   as summarised here (not re-verified against the login-only guide); the subset edgeasr's
@@ -56,8 +56,7 @@ HAILO_ONNX_OPS = frozenset(
 
 # Ops whose output shape or value depends on run-time data.
 DYNAMIC_OPS = frozenset(
-    "Shape Size NonZero Range ConstantOfShape Loop If Scan Where TopK NonMaxSuppression Unique "
-    "Compress EyeLike".split()
+    ["Shape", "Size", "NonZero", "Range", "ConstantOfShape", "Loop", "If", "Scan", "Where", "TopK", "NonMaxSuppression", "Unique", "Compress", "EyeLike"]
 )
 
 # (op, input index) that must be constants for a static graph.

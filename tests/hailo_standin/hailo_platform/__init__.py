@@ -3,7 +3,7 @@
 Follows pyhailort 4.23.0 from hailo-ai/hailort, branch `hailo8` (the 4.x line for Hailo-8/8L),
 tag v4.23.0: the same top-level names as its hailo_platform/__init__.py and the same
 `hailo_platform.pyhailort.pyhailort` / `hailo_platform.pyhailort._pyhailort` modules, for the
-subset of the API edgeasr.hailo uses. HEFs are stand-in HEFs (see standin_hef.py beside this
+subset of the API edgeasr.asr.hailo uses. HEFs are stand-in HEFs (see standin_hef.py beside this
 package): the "chip" runs the encoder's ONNX with onnxruntime, FLOAT32 buffers only.
 
 It lives under tests/ and is importable only when tests put tests/hailo_standin on sys.path

@@ -10,7 +10,6 @@ Also `edgeasr devices`, which lists the input devices PortAudio can see.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 import time
@@ -73,7 +72,12 @@ def list_input_devices(sd: ModuleType | None = None) -> list[InputDevice]:
 def resolve_device(sd: ModuleType, device: int | str | None) -> InputDevice:
     """input.device (index, name substring or None) -> the PortAudio input device."""
     devices = list_input_devices(sd)
-    names = ", ".join(d.name for d in devices) or "none"
+    if not devices:
+        raise DeviceError(
+            "input.source: mic, but PortAudio finds no audio input device on this machine: plug "
+            "one in (user in group 'audio'?), or set input.source: file with input.path (--input "
+            "FILE), or input.source: stdin")
+    names = ", ".join(d.name for d in devices)
     if device is None:
         found = [d for d in devices if d.is_default]
         if not found:
@@ -308,27 +312,3 @@ class MicSource:
 
 
 # --- `edgeasr devices` ------------------------------------------------------------------
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "devices",
-        help="list the audio input devices PortAudio sees (values for input.device)",
-        description="List audio input devices: index, name, channels, default sample rate.",
-    )
-    parser.set_defaults(func=devices_command)
-
-
-def devices_command(args: argparse.Namespace) -> int:
-    devices = list_input_devices()
-    if not devices:
-        raise DeviceError(
-            "no audio input devices: PortAudio found none "
-            "(microphone plugged in? user in group 'audio'?)"
-        )
-    print(f"{'index':>5}  {'channels':>8}  {'rate':>7}  name")
-    for d in devices:
-        mark = "  (default)" if d.is_default else ""
-        rate = f"{d.default_samplerate:.0f}"
-        print(f"{d.index:>5}  {d.channels:>8}  {rate:>7}  {d.name} [{d.hostapi}]{mark}")
-    return 0

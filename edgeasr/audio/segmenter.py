@@ -17,15 +17,16 @@ on onnxruntime alone, but the package itself requires torch to install and to im
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 import webrtcvad
 
+from edgeasr.audio.clock import StreamClock
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
-from edgeasr.sources import StreamClock
 from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechSegment
 
 

@@ -1,4 +1,4 @@
-"""Finite audio sources (a file, stdin) and the stream clock.
+"""Finite audio sources: a file and stdin.
 
 Both sources deliver mono int16 at `SAMPLE_RATE` in `AudioChunk`s and implement
 `stages.AudioSource`; the microphone lives in capture.py.
@@ -6,7 +6,6 @@ Both sources deliver mono int16 at `SAMPLE_RATE` in `AudioChunk`s and implement
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import queue
 import threading
@@ -31,37 +30,6 @@ STDIN_QUEUE_BLOCKS = 32  # read-ahead bound for stdin (blocks of block_ms)
 def to_int16(audio: np.ndarray) -> np.ndarray:
     """float audio in [-1, 1) -> int16, rounded and clipped (exact for 16-bit sources)."""
     return np.clip(np.rint(audio * INT16_SCALE), -32768, 32767).astype(np.int16)
-
-
-class StreamClock:
-    """Maps a stream sample index to wall-clock UTC.
-
-    Anchored on the first chunk observed: sample 0 is placed at "now, minus the audio
-    already delivered, minus how long that chunk waited since capture". Later chunks do
-    not move the anchor, so times stay monotonic in the sample index.
-    """
-
-    def __init__(
-        self,
-        sample_rate: int = SAMPLE_RATE,
-        now_utc: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._rate = sample_rate
-        self._now_utc = now_utc
-        self._monotonic = monotonic
-        self._start: dt.datetime | None = None
-
-    def observe(self, chunk: AudioChunk) -> None:
-        if self._start is None:
-            waited = max(0.0, self._monotonic() - chunk.t_mono)
-            delivered = (chunk.start_sample + len(chunk.samples)) / self._rate
-            self._start = self._now_utc() - dt.timedelta(seconds=delivered + waited)
-
-    def utc(self, sample: int) -> dt.datetime:
-        if self._start is None:
-            self._start = self._now_utc() - dt.timedelta(seconds=sample / self._rate)
-        return self._start + dt.timedelta(seconds=sample / self._rate)
 
 
 class FileSource:

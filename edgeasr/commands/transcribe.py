@@ -14,20 +14,33 @@ import sys
 import time
 from pathlib import Path
 
+from edgeasr.commands.common import load
+
 PRESET_NAMES = ("conservative", "balanced", "aggressive")
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """Short forms of the engine's config keys (each is a --set)."""
     p.add_argument("--model", type=Path, default=None,
-                   help="model bundle directory (default: tiny.en from the installed weights package)")
-    p.add_argument("--backend", choices=("auto", "onnx", "hailo"), default="auto",
-                   help="encoder backend (default: auto = hailo when present)")
-    p.add_argument("--preset", choices=PRESET_NAMES, default="balanced",
-                   help="anti-hallucination preset (default: balanced)")
-    p.add_argument("--precision", choices=("int8", "fp32"), default="int8",
-                   help="CPU encoder and decoder precision (default: int8)")
-    p.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default: 2)")
-    p.add_argument("--language", default=None, help="multilingual models: language code (default: detect)")
+                   help="model bundle directory, the same as --set model.path=DIR (default: "
+                   "tiny.en from the installed weights package)")
+    p.add_argument("--backend", choices=("auto", "onnx", "hailo"), default=None,
+                   help="encoder.backend (default: auto = hailo when present)")
+    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                   help="decoder.preset (default: balanced)")
+    p.add_argument("--precision", choices=("int8", "fp32"), default=None,
+                   help="encoder.precision and decoder.precision (default: int8)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="encoder.threads and decoder.threads (default: 2)")
+    p.add_argument("--language", default=None, help="model.language (default: detect)")
+
+
+def engine_overrides(args: argparse.Namespace) -> dict:
+    pairs = {"model.path": args.model, "encoder.backend": args.backend, "decoder.preset": args.preset,
+             "encoder.precision": args.precision, "decoder.precision": args.precision,
+             "encoder.threads": args.threads, "decoder.threads": args.threads,
+             "model.language": args.language}
+    return {k: v for k, v in pairs.items() if v is not None}
 
 
 def register(subparsers) -> None:
@@ -36,14 +49,6 @@ def register(subparsers) -> None:
     add_engine_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON object per file, one per line")
     p.set_defaults(func=main)
-
-
-def settings_from_args(args):
-    from edgeasr.engine import EngineSettings
-
-    return EngineSettings(backend=args.backend, preset=args.preset, language=args.language,
-                          encoder_precision=args.precision, decoder_precision=args.precision,
-                          encoder_threads=args.threads, decoder_threads=args.threads)
 
 
 def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms: float) -> dict:
@@ -68,12 +73,15 @@ def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms:
 def main(args) -> int:
     from tqdm import tqdm
 
-    from edgeasr.audio import load_audio
-    from edgeasr.engine import build_transcriber, open_bundle
+    from edgeasr.asr.engine import build_engine
+    from edgeasr.audio.files import load_audio
+    from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.errors import EdgeAsrError
+    from edgeasr.models.default import open_bundle
 
-    bundle = open_bundle(args.model)
-    transcriber = build_transcriber(bundle, settings_from_args(args))
+    cfg = load(args, engine_overrides(args))
+    bundle = open_bundle(cfg)
+    transcriber = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
     sr = bundle.audio.sample_rate
     status = 0
     show = sys.stderr.isatty() and len(args.files) > 1

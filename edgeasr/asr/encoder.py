@@ -1,7 +1,7 @@
 """Encoder backends: log-mel window -> audio features, on the CPU (onnxruntime) or a Hailo NPU.
 
 The backend is chosen by a pure function of the request and what is present, so the
-choice can be tested without either runtime; `edgeasr.hailo` is imported only when
+choice can be tested without either runtime; `edgeasr.asr.hailo` is imported only when
 the hailo backend is chosen.
 """
 
@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from edgeasr.bundle import Bundle
+from edgeasr.config import EncoderConfig
 from edgeasr.errors import ConfigError, DeviceError
 
 log = logging.getLogger(__name__)
@@ -89,24 +90,23 @@ class OnnxEncoder:
         self.session = None
 
 
-def create_encoder(bundle: Bundle, backend: str = "auto", precision: str = "int8",
-                   threads: int = 2, hef: Path | None = None, timeout_ms: int = 2000,
-                   scheduler: str = "round_robin", service_group: str | None = None) -> Encoder:
+def create_encoder(bundle: Bundle, options: EncoderConfig) -> Encoder:
+    """The encoder the `encoder:` config section asks for (backend auto: the NPU when present)."""
     from importlib.util import find_spec
 
-    hef = Path(hef) if hef else (bundle.path("encoder_hef") if bundle.has("encoder_hef") else None)
+    hef = options.hef or (bundle.path("encoder_hef") if bundle.has("encoder_hef") else None)
     hailo_present = False
-    if backend != "onnx" and find_spec("hailo_platform") is not None:
-        from edgeasr.hailo import hailo_available
+    if options.backend != "onnx" and find_spec("hailo_platform") is not None:
+        from edgeasr.asr.hailo import hailo_available
 
         hailo_present = hailo_available()
-    chosen = choose_backend(backend, hailo_present=hailo_present,
+    chosen = choose_backend(options.backend, hailo_present=hailo_present,
                             hef_present=hef is not None and hef.is_file())
-    log.info("encoder backend: %s (requested %s)", chosen, backend)
+    log.info("encoder backend: %s (requested %s)", chosen, options.backend)
     if chosen == "hailo":
         if hef is None or not hef.is_file():
             raise DeviceError(f"encoder.hef: no compiled HEF at {hef} (run `edgeasr models compile-hef`)")
-        from edgeasr.hailo import HailoEncoder
+        from edgeasr.asr.hailo import HailoEncoder
 
-        return HailoEncoder(hef, bundle, timeout_ms, scheduler, service_group)
-    return OnnxEncoder(bundle, precision, threads)
+        return HailoEncoder(hef, bundle, options.timeout_ms, options.scheduler, options.service_group)
+    return OnnxEncoder(bundle, options.precision, options.threads)

@@ -7,7 +7,8 @@ tokens generated so far in this window, after the prompt.
 from __future__ import annotations
 
 import math
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""`edgeasr bench --set DIR`: speed, accuracy and memory of each way to run the model.
+"""`edgeasr bench --dataset DIR`: speed, accuracy and memory of each way to run the model.
 
 Rows (each in its own process, so peak RSS is the row's own): the 30 s fp32 encoder,
 our default 10 s int8 CPU engine, the hybrid Hailo engine (with a device only), the
@@ -41,7 +41,7 @@ PRESETS = ("conservative", "balanced", "aggressive")
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark the engine variants on an audio set")
-    p.add_argument("--set", dest="set_dir", type=Path, required=True, metavar="DIR",
+    p.add_argument("--dataset", dest="set_dir", type=Path, required=True, metavar="DIR",
                    help="a directory with manifest.tsv (id, file, duration_s, reference)")
     p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
     p.add_argument("--threads", type=int, default=2)
@@ -69,22 +69,30 @@ def read_set(set_dir: Path, limit: int = 0) -> list[dict]:
 
 
 def _engine_row(bundle, args, row: str):
-    from edgeasr.decoding import DecoderSession, preset_options
-    from edgeasr.encoder import OnnxEncoder
-    from edgeasr.engine import EngineSettings, build_transcriber
-    from edgeasr.transcriber import Transcriber
+    from edgeasr.asr.decoding import DecoderSession
+    from edgeasr.asr.encoder import OnnxEncoder
+    from edgeasr.asr.engine import build_engine, decoding_options
+    from edgeasr.asr.transcriber import Transcriber
+    from edgeasr.audio.segmenter import PauseFinder
 
+    backend = "hailo" if row == "hybrid-hailo" else "onnx"
+    cfg = _row_config(args, {"encoder.backend": backend, "decoder.preset": args.preset})
     if row == "30s-fp32":
         full = bundle.n_audio_ctx
         audio = dataclasses.replace(bundle.audio, window_s=full * 2 * bundle.audio.hop_length
                                     / bundle.audio.sample_rate, n_frames=full * 2, n_positions=full)
         b30 = dataclasses.replace(bundle, audio=audio)
         return Transcriber(b30, OnnxEncoder(bundle, "fp32", args.threads, role="encoder_30s"),
-                           DecoderSession(bundle, "fp32", args.threads), preset_options(args.preset))
-    backend = "hailo" if row == "hybrid-hailo" else "onnx"
-    return build_transcriber(bundle, EngineSettings(backend=backend, preset=args.preset,
-                                                    encoder_threads=args.threads,
-                                                    decoder_threads=args.threads))
+                           DecoderSession(bundle, "fp32", args.threads),
+                           decoding_options(cfg.model, cfg.decoder))
+    return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+
+
+def _row_config(args, keys: dict):
+    from edgeasr.commands.common import load
+
+    return load(args, {"model.path": args.model, "encoder.threads": args.threads,
+                       "decoder.threads": args.threads, **keys})
 
 
 def _run_engine(engine, audio) -> dict:
@@ -97,10 +105,10 @@ def _run_engine(engine, audio) -> dict:
 
 
 def _full_npu(bundle, args):
-    from edgeasr.encoder import OnnxEncoder
-    from edgeasr.features import MelSpec, log_mel
-    from edgeasr.reference_decoder import FullNpuReferenceDecoder
-    from edgeasr.tokenizer import Tokenizer
+    from edgeasr.asr.encoder import OnnxEncoder
+    from edgeasr.asr.features import MelSpec, log_mel
+    from edgeasr.asr.reference_decoder import FullNpuReferenceDecoder
+    from edgeasr.asr.tokenizer import Tokenizer
 
     encoder, decoder, tok = OnnxEncoder(bundle, "fp32", args.threads), FullNpuReferenceDecoder(
         bundle, threads=args.threads), Tokenizer(bundle)
@@ -156,7 +164,7 @@ def _runner(bundle, args, row: str):
 
         if find_spec("hailo_platform") is None:
             return "no Hailo device here (HailoRT's hailo_platform is not installed)"
-        from edgeasr.hailo import hailo_available
+        from edgeasr.asr.hailo import hailo_available
 
         if not hailo_available():
             return "no Hailo device here"
@@ -175,11 +183,12 @@ def _runner(bundle, args, row: str):
 
 def _open_row(args):
     """The child's row runner (or why it is skipped) and a loader of the set's utterances."""
-    from edgeasr.audio import load_audio
-    from edgeasr.engine import open_bundle, single_threaded_blas
+    from edgeasr.asr.engine import single_threaded_blas
+    from edgeasr.audio.files import load_audio
+    from edgeasr.models.default import open_bundle
 
     single_threaded_blas()  # every row, faster-whisper's too (its features use numpy as well)
-    bundle = open_bundle(args.model)
+    bundle = open_bundle(_row_config(args, {}))
     utterances = read_set(args.set_dir, args.limit)
 
     def load(u: dict):
@@ -309,8 +318,11 @@ def summarize_interleaved(data: dict) -> dict:
 
 
 def _child_cmd(args, row: str, preset: str = "balanced") -> list[str]:
-    cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", "bench", "--set", str(args.set_dir),
-           "--threads", str(args.threads), "--limit", str(args.limit), "--row", row, "--preset", preset]
+    config = ["--config", str(args.config)] if args.config else []
+    sets = [arg for item in args.set for arg in ("--set", item)]
+    cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", *config, *sets, "bench",
+           "--dataset", str(args.set_dir), "--threads", str(args.threads), "--limit", str(args.limit),
+           "--row", row, "--preset", preset]
     return cmd + ["--model", str(args.model)] if args.model else cmd
 
 
@@ -381,9 +393,9 @@ def main(args: argparse.Namespace) -> int:
     if args.row:
         print(json.dumps(run_row(args)))
         return 0
-    from edgeasr.engine import open_bundle
+    from edgeasr.models.default import open_bundle
 
-    bundle = open_bundle(args.model)  # prepares the default bundle once, before the children
+    bundle = open_bundle(_row_config(args, {}))  # prepares the default bundle once, before the children
     args.model = args.model or bundle.root
     references = {u["id"]: u["reference"] for u in read_set(args.set_dir, args.limit)}
     report = {"date": dt.date.today().isoformat(),

@@ -6,7 +6,7 @@ embedding table, feeds [1, 1, L, d] with the encoder features, concatenates the 
 outputs on axis 2 and picks the next token from the current position's row. Here the
 graph runs in onnxruntime, standing in for the HEF; `edgeasr bench` reports it as the
 full-NPU row next to the cached CPU decoder. Greedy, without timestamps, with the same
-prompt and token suppression as the CPU decoder (edgeasr.decoding).
+prompt and token suppression as the CPU decoder (edgeasr.asr.decoding).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeasr import logits as rules
+from edgeasr.asr import logits as rules
+from edgeasr.asr.decoding import TableRows
+from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
-from edgeasr.decoding import TableRows
-from edgeasr.encoder import ort_session
 from edgeasr.errors import ConfigError, ModelError
 
 # The graph's contract (written by edgeasr.models.hailo_decoder).

@@ -2,7 +2,7 @@
 
 The only module that imports paho.  Delivery is at least once and in `seq` order:
 
-* `publish()` commits the transcript to the outbox (edgeasr.outbox) and returns; a
+* `publish()` commits the transcript to the outbox (edgeasr.output.outbox) and returns; a
   background thread hands waiting rows to paho, at most `WINDOW` unacknowledged at a time.
 * A PUBACK (paho's on_publish, matched by mid) deletes the row.
 * On every connect, paho's own in-memory queue is dropped and everything still in the
@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeasr import payload as msgs
 from edgeasr.errors import ConfigError, MissingInputError, ToolMissingError
-from edgeasr.outbox import Outbox
+from edgeasr.output import payload as msgs
+from edgeasr.output.outbox import Outbox
+from edgeasr.stages import Transcript
 
 if TYPE_CHECKING:
     from edgeasr.config import MqttConfig
@@ -182,9 +183,11 @@ class MqttPublisher:
 
     # -- the Publisher protocol --------------------------------------------------------
 
-    def publish(self, payload: dict) -> None:
+    def publish(self, transcript: Transcript) -> None:
         """Commit the transcript to the outbox; it is sent as soon as the broker allows."""
-        message = msgs.finish(payload, now_mono=time.monotonic())
+        draft = msgs.build_transcript(transcript, device_id=self.device_id, model=self._info["model"],
+                                      backend=self._info["backend"])
+        message = msgs.finish(draft, now_mono=time.monotonic())
         entry = self._outbox.append(message)
         self._wake.set()
         log.debug("transcript seq=%d stored", entry.seq)

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeasr import logits as rules
+from edgeasr.asr import logits as rules
+from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
-from edgeasr.encoder import ort_session
 from edgeasr.errors import ConfigError, ModelError
-
 
 # how long the step's threads stay awake after a run, for the next token's (microseconds)
 STEP_SPIN_US = 1000

@@ -17,14 +17,14 @@ from typing import Protocol
 
 import numpy as np
 
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, preset_options
+from edgeasr.asr.encoder import Encoder
+from edgeasr.asr.features import MelSpec, log_mel, silence_level
+from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
+from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.bundle import Bundle
-from edgeasr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, preset_options
-from edgeasr.encoder import Encoder
 from edgeasr.errors import ConfigError
-from edgeasr.features import MelSpec, log_mel, silence_level
-from edgeasr.gates import WindowStats, check, compression_ratio, default_gates
 from edgeasr.stages import TextSegment, Transcription
-from edgeasr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

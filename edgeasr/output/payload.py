@@ -20,12 +20,11 @@ import math
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from edgeasr.errors import OutputError
-from edgeasr.stages import SpeechSegment, Transcription
+from edgeasr.stages import Transcript
 
 SCHEMA_RESOURCE = "transcript.schema.json"
 HA_STATE_MAX_CHARS = 255  # Home Assistant rejects longer entity states
@@ -36,7 +35,7 @@ _SPEECH_END_MONO = "_speech_end_mono"  # private draft key: time.monotonic() at 
 
 def load_schema() -> dict[str, Any]:
     """The shipped JSON Schema (package data)."""
-    text = importlib.resources.files("edgeasr").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
+    text = importlib.resources.files("edgeasr.output").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
     return json.loads(text)
 
 
@@ -48,20 +47,13 @@ def utc_iso(moment: dt.datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
-def build_transcript(
-    segment: SpeechSegment,
-    transcription: Transcription,
-    *,
-    device_id: str,
-    model: str,
-    backend: str,
-) -> dict[str, Any]:
+def build_transcript(transcript: Transcript, *, device_id: str, model: str, backend: str) -> dict[str, Any]:
     """A transcript draft; publishers complete it with `finish`."""
+    segment, transcription = transcript.segment, transcript.transcription
     timings = transcription.timings_ms
     parts = {name: round(float(timings.get(name, 0.0)), 1) for name in ("features", "encoder", "decoder")}
-    total = float(timings.get("total", sum(parts.values())))
     return {
-        "id": str(uuid.uuid4()),
+        "id": transcript.id,
         "seq": None,
         "device_id": device_id,
         "text": transcription.text.strip(),
@@ -73,7 +65,7 @@ def build_transcript(
         "no_speech_prob": round(transcription.no_speech_prob, 4),
         "model": model,
         "backend": backend,
-        "timings_ms": {**parts, "total": round(total, 1)},
+        "timings_ms": {**parts, "total": round(transcript.busy_ms, 1)},
         "latency_ms": None,
         _SPEECH_END_MONO: segment.speech_end_mono,
     }
@@ -188,20 +180,25 @@ def dumps(message: Mapping[str, Any]) -> str:
 
 
 class StdoutPublisher:
-    """One JSON line per transcript on stdout (or `stream`), flushed at once.
+    """One JSON line per final transcript on stdout (or `stream`), flushed at once.
 
     `next_seq` numbers the transcripts; pass `Outbox.next_seq` to keep `seq` monotonic
     across restarts, else a per-process counter from 1 is used.
     """
 
-    def __init__(self, stream: TextIO | None = None, next_seq: Callable[[], int] | None = None) -> None:
+    def __init__(self, *, device_id: str, model: str, backend: str, stream: TextIO | None = None,
+                 next_seq: Callable[[], int] | None = None) -> None:
+        self._source = {"device_id": device_id, "model": model, "backend": backend}
         self._stream = stream if stream is not None else sys.stdout
         self._next_seq = next_seq or itertools.count(1).__next__
         self._lock = threading.Lock()  # one line at a time, in seq order
 
-    def publish(self, payload: dict) -> None:
+    def publish(self, transcript: Transcript) -> None:
+        if transcript.partial:
+            return  # a JSON-lines consumer wants each utterance once
+        draft = build_transcript(transcript, **self._source)
         with self._lock:
-            message = finish(payload, now_mono=time.monotonic(), seq=self._next_seq())
+            message = finish(draft, now_mono=time.monotonic(), seq=self._next_seq())
             try:
                 self._stream.write(dumps(message) + "\n")
                 self._stream.flush()

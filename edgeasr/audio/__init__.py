@@ -1,0 +1,1 @@
+"""Audio in: the microphone, files and stdin, the stream clock, and the VAD segmenter."""

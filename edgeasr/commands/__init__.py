@@ -1,0 +1,1 @@
+"""The `edgeasr` sub-commands: each module has `register(subparsers)` and its handler."""

@@ -1,0 +1,1 @@
+"""Transcripts out: the JSON messages (a public contract), the durable outbox and MQTT."""
