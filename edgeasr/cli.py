@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "edgeasr.models.commands",
     "edgeasr.commands.check",
     "edgeasr.commands.devices",
+    "edgeasr.commands.bench_wyoming",
 )
 
 

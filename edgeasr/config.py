@@ -111,7 +111,7 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class InputConfig:
-    source: str = opt("mic", OneOf(("mic", "file", "stdin")))
+    source: str = opt("mic", OneOf(("mic", "file", "stdin", "none")))
     path: Path | None = opt(None)
     realtime: bool = opt(False)
     device: int | str | None = opt(None)
@@ -171,6 +171,16 @@ class DecoderConfig:
 class PipelineConfig:
     queue_s: float = opt(60.0, POSITIVE)
     stop_deadline_s: float = opt(10.0, POSITIVE)
+    partial_interval_ms: int = opt(500, NON_NEGATIVE)  # 0: no partial results
+    speculate_after_ms: int | None = opt(300, NON_NEGATIVE)  # null: no speculative decoding
+
+
+@dataclass(frozen=True)
+class WyomingConfig:
+    uri: str | None = opt(None, Matches(r"(tcp://[^/:]+:\d+|unix://.+)", "tcp://HOST:PORT or unix://PATH"))
+    zeroconf: str | None = opt(None, Matches(r"[^.]+", "a service name, no dots"))
+    max_sessions: int = opt(4, AT_LEAST_1)
+    max_audio_s: float = opt(30.0, POSITIVE)
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,7 @@ class Config:
     encoder: EncoderConfig = section(EncoderConfig)
     decoder: DecoderConfig = section(DecoderConfig)
     pipeline: PipelineConfig = section(PipelineConfig)
+    wyoming: WyomingConfig = section(WyomingConfig)
     output: OutputConfig = section(OutputConfig)
     mqtt: MqttConfig = section(MqttConfig)
 
@@ -389,6 +400,14 @@ def _check_inputs(cfg: Config) -> None:
             raise MissingInputError(f"input.path: {cfg.input.path} does not exist")
     if cfg.model.path is not None and not cfg.model.path.is_dir():
         raise MissingInputError(f"model.path: {cfg.model.path} is not a directory")
+    if cfg.input.source == "none" and not cfg.wyoming.uri:
+        raise ConfigError("input.source: none leaves nothing to do without wyoming.uri (a Wyoming server)")
+    if cfg.wyoming.zeroconf and not (cfg.wyoming.uri or "").startswith("tcp://"):
+        raise ConfigError("wyoming.zeroconf: needs wyoming.uri tcp://HOST:PORT (zeroconf announces a TCP port)")
+    after = cfg.pipeline.speculate_after_ms
+    if after is not None and after >= cfg.vad.hangover_ms:
+        raise ConfigError(f"pipeline.speculate_after_ms: {after} is not allowed (below vad.hangover_ms, "
+                          f"{cfg.vad.hangover_ms}: the speculation must start before the segment ends)")
     if cfg.mqtt.reconnect_min_s > cfg.mqtt.reconnect_max_s:
         raise ConfigError(
             f"mqtt.reconnect_max_s: {cfg.mqtt.reconnect_max_s} is not allowed "

@@ -25,7 +25,7 @@ from edgeasr import __version__
 from edgeasr.bundle import Bundle
 from edgeasr.config import Config, changed_keys, live_keys, with_live
 from edgeasr.errors import ConfigError, EdgeAsrError
-from edgeasr.stages import AudioSource, Engine, Publisher
+from edgeasr.stages import AudioSource, Publisher
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,11 @@ def build_outputs(cfg: Config, model: str, backend: str) -> Outputs:
     return outputs
 
 
+def languages(bundle: Bundle) -> list[str]:
+    """What the model can transcribe: English for .en bundles, else every language it knows."""
+    return sorted(bundle.tokens.languages) if bundle.multilingual else ["en"]
+
+
 def build(cfg: Config, bundle: Bundle) -> Daemon:
     """Every collaborator of the daemon, built from the configuration."""
     from edgeasr.asr.engine import build_engine
@@ -98,32 +103,59 @@ def build(cfg: Config, bundle: Bundle) -> Daemon:
     from edgeasr.audio.segmenter import PauseFinder, Segmenter
     from edgeasr.notify import Progress, SystemdNotifier
     from edgeasr.pipeline import Pipeline
+    from edgeasr.worker import Worker
 
     notifier = SystemdNotifier()
     notifier.status("loading the model")
     engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
     backend = engine.encoder.backend
     outputs = build_outputs(cfg, bundle.name, backend)
-    source = open_source(cfg)
-    progress = Progress("capture", "worker")
-    live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
-    pipeline = Pipeline(source, Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), engine,
-                        outputs.publishers, cfg.pipeline, live=live,
-                        log_transcripts=cfg.log.transcripts, progress=progress.mark,
-                        report_error=outputs.report_error)
-    if outputs.mqtt is not None:
-        outputs.mqtt.metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
-    return Daemon(cfg, engine=engine, pipeline=pipeline, outputs=outputs, notifier=notifier,
-                  progress=progress, model=bundle.name, backend=backend)
+    capture = cfg.input.source != "none"
+    progress = Progress(*(["capture"] if capture else []), "worker", *(["wyoming"] if cfg.wyoming.uri else []))
+    worker = Worker(engine, progress=lambda: progress.mark("worker"))
+    pipeline = None
+    if capture:
+        live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
+        pipeline = Pipeline(open_source(cfg), Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), worker,
+                            outputs.publishers, cfg.pipeline, live=live, log_transcripts=cfg.log.transcripts,
+                            progress=progress.mark, report_error=outputs.report_error)
+        if outputs.mqtt is not None:
+            outputs.mqtt.metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
+    server = None
+    if cfg.wyoming.uri:
+        server = build_wyoming(cfg, bundle, worker, lambda: progress.mark("wyoming"))
+    return Daemon(cfg, engine=engine, worker=worker, pipeline=pipeline, server=server, outputs=outputs,
+                  notifier=notifier, progress=progress, model=bundle.name, backend=backend)
+
+
+def build_wyoming(cfg: Config, bundle: Bundle, worker: Any, progress: Callable[[], None]) -> Any:
+    try:
+        from edgeasr.wyoming.server import Service, WyomingServer
+        from edgeasr.wyoming.session import SessionOptions
+    except ImportError as exc:
+        from edgeasr.errors import ToolMissingError
+
+        raise ToolMissingError(f"wyoming.uri is set but the Wyoming server cannot load ({exc}): "
+                               "pip install 'wyoming>=1.10,<1.11' zeroconf") from exc
+    from edgeasr.audio.segmenter import WebRtcDetector
+
+    service = Service(model=bundle.name, languages=languages(bundle), version=__version__)
+    session = SessionOptions(window_s=bundle.audio.window_s, max_audio_s=cfg.wyoming.max_audio_s,
+                             partial_interval_ms=cfg.pipeline.partial_interval_ms,
+                             speculate_after_ms=cfg.pipeline.speculate_after_ms, frame_ms=cfg.vad.frame_ms)
+    return WyomingServer(cfg.wyoming, worker, service, session,
+                         lambda: WebRtcDetector(cfg.vad.aggressiveness), progress=progress)
 
 
 @dataclass
 class Daemon:
-    """Runs the pipeline, handles signals and talks to the service manager."""
+    """Runs the worker and the front ends, handles signals and talks to the service manager."""
 
     cfg: Config
-    engine: Engine
-    pipeline: Any  # edgeasr.pipeline.Pipeline
+    engine: Any  # edgeasr.asr.transcriber.Transcriber
+    worker: Any  # edgeasr.worker.Worker
+    pipeline: Any  # edgeasr.pipeline.Pipeline, or None without local capture
+    server: Any  # edgeasr.wyoming.server.WyomingServer, or None
     outputs: Outputs
     notifier: Any  # edgeasr.notify.SystemdNotifier
     progress: Any  # edgeasr.notify.Progress
@@ -132,43 +164,60 @@ class Daemon:
     # re-reads the config file on SIGHUP (None: reloading is not possible)
     reload_config: Callable[[], Config] | None = None
     _reload: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> int:
         from edgeasr.notify import Watchdog
 
         pipeline, notifier = self.pipeline, self.notifier
-        pipeline.status = lambda text: notifier.status(self._status(text))
         self._install_signals()
         watchdog = Watchdog(notifier, self.progress)
-        runner = threading.Thread(target=pipeline.run, name="edgeasr-capture")
         if self.outputs.mqtt is not None:
             self.outputs.mqtt.start()
-        runner.start()
-        log.info("edgeasr %s: model %s on %s, input %s", __version__, self.model, self.backend,
-                 self.cfg.input.source)
-        while runner.is_alive() and not pipeline.wait_for_audio(0.5):
+        self.worker.start()
+        if self.server is not None:
+            self.server.start()
+        runner = None
+        if pipeline is not None:
+            pipeline.status = lambda text: notifier.status(self._status(text))
+            runner = threading.Thread(target=pipeline.run, name="edgeasr-capture")
+            runner.start()
+        log.info("edgeasr %s: model %s on %s, input %s%s", __version__, self.model, self.backend,
+                 self.cfg.input.source, f", Wyoming on {self.cfg.wyoming.uri}" if self.server else "")
+        while runner is not None and runner.is_alive() and not pipeline.wait_for_audio(0.5):
             pass
         notifier.ready(self._status("listening"))
         watchdog.start()
-        while runner.is_alive():
-            runner.join(0.5)
+        while (runner.is_alive() if runner is not None else not self._stop.is_set()):
+            if runner is not None:
+                runner.join(0.5)
+            else:
+                self._stop.wait(0.5)
             if self._reload.is_set():
                 self._reload.clear()
                 self.reload()
+        deadline = self.cfg.pipeline.stop_deadline_s
+        if self.server is not None:
+            self.server.stop()
+        # a signal bounds the wait for what is queued; an input that ended is finished whole
+        if not self.worker.stop(deadline if self._stop.is_set() else None):
+            log.warning("stop deadline (%.0f s) passed with speech still queued", deadline)
         watchdog.stop()  # first: no ping may follow STOPPING=1
         notifier.stopping()
-        self.outputs.close(self.cfg.pipeline.stop_deadline_s)
-        pipeline.source.close()
-        stats = pipeline.stats
-        log.info("stopped: %d transcripts from %d segments (%d dropped)", stats.transcripts,
-                 stats.segments, pipeline.queue.dropped)
+        self.outputs.close(deadline)
+        if pipeline is not None:
+            pipeline.source.close()
+            stats = pipeline.stats
+            log.info("stopped: %d transcripts from %d segments (%d dropped, %d failed)", stats.transcripts,
+                     stats.segments, pipeline.lane.dropped, stats.failures)
         return 0
 
     def _status(self, text: str) -> str:
         parts = [text]
-        source_status = getattr(self.pipeline.source, "status", "")
-        if "lost" in source_status:
-            parts.append(source_status)
+        if self.pipeline is not None:
+            source_status = getattr(self.pipeline.source, "status", "")
+            if "lost" in source_status:
+                parts.append(source_status)
         mqtt = self.outputs.mqtt
         if mqtt is not None and not mqtt.connected:
             parts.append("broker down (transcripts kept in the outbox)")
@@ -177,12 +226,13 @@ class Daemon:
     def _install_signals(self) -> None:
         def stop(signum: int, frame: object) -> None:
             log.info("%s: finishing the current speech and the queue", signal.Signals(signum).name)
-            self.pipeline.request_stop()
+            self._stop.set()
+            if self.pipeline is not None:
+                self.pipeline.request_stop()
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, lambda signum, frame: self._reload.set())
-
     def reload(self) -> None:
         """SIGHUP: apply the live keys of the file as it is now, compared with what runs."""
         from edgeasr.asr.engine import reconfigure

@@ -59,3 +59,8 @@ class ConfigError(EdgeAsrError):
     """A configuration key with a bad value, or an unknown key; the message names the dotted key."""
 
     exit_code = 78  # EX_CONFIG
+
+
+class Cancelled(Exception):
+    """Work given up on purpose (a partial result overtaken by a final one, a speculation the
+    speaker proved wrong). Not an error: nothing is reported."""

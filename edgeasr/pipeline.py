@@ -1,11 +1,21 @@
-"""The running pipeline: capture -> segmenter -> bounded queue -> one inference worker -> publishers.
+"""The audio front end: capture -> segmenter -> the inference worker -> publishers.
 
-Threads: the capture loop (the caller's thread) reads the source and feeds the segmenter;
-one worker owns the engine (and so the encoder device) and publishes. They meet at a
-queue bounded in seconds of audio. When inference falls behind a live source, the
-OLDEST queued segment is dropped (counted, reported in metrics and on the error topic):
-fresh speech matters more than a backlog. A file or stdin source is never dropped from:
-capture waits instead (backpressure), so nothing read is lost.
+The capture loop (the caller's thread) reads the source and feeds the segmenter. Every segment
+becomes a final job on this front end's lane at the worker, bounded in seconds of audio: a live
+source (microphone, file read at real time) drops the oldest queued speech when inference
+falls behind (counted, reported), a file or stdin waits instead, so nothing read is lost.
+
+While someone speaks into a live source:
+- partial results: every `pipeline.partial_interval_ms` the segment so far is offered to the
+  worker as a partial job (skipped, never queued, when the worker is busy) and published with
+  the id the final transcript will carry;
+- speculative decoding: once a pause has lasted `pipeline.speculate_after_ms`, the speech so
+  far is decoded at once. If the hangover then ends without more speech, the segment's final
+  job finds that result ready, so the transcript leaves as the hangover ends instead of a
+  decode later; if speech resumes, the speculation is thrown away.
+
+Jobs run one at a time on the worker thread, so the state they share (the tail a cut window
+carries into the next segment, the speculation) needs no lock.
 """
 
 from __future__ import annotations
@@ -19,65 +29,19 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from edgeasr.config import PipelineConfig
-from edgeasr.stages import SAMPLE_RATE, AudioSource, Engine, Publisher, SpeechSegment, Transcript
+from edgeasr.stages import SAMPLE_RATE, AudioSource, Publisher, SpeechSegment, Transcript, Transcription
+from edgeasr.worker import Job, Overflow, Worker
 
 log = logging.getLogger(__name__)
 
-IDLE_POLL_S = 0.5  # longest wait of either loop, so stop requests and watchdog marks stay prompt
+IDLE_POLL_S = 0.5  # longest wait for audio, so stop requests and liveness marks stay prompt
 LATENCY_WINDOW = 200  # transcripts the latency percentiles are taken over
-
-
-class SegmentQueue:
-    """FIFO of speech segments bounded by their total duration."""
-
-    def __init__(self, max_seconds: float) -> None:
-        self.max_seconds = max_seconds
-        self._items: collections.deque[SpeechSegment] = collections.deque()
-        self._seconds = 0.0
-        self._cond = threading.Condition()
-        self.dropped = 0
-        self.dropped_seconds = 0.0
-
-    def put(self, segment: SpeechSegment, *, block: bool, stop: threading.Event) -> list[SpeechSegment]:
-        """Queue a segment; returns the segments dropped to make room (never when block)."""
-        dropped = []
-        with self._cond:
-            while self._items and self._seconds + segment.duration_s > self.max_seconds:
-                if block:  # backpressure: the worker frees room as it goes
-                    self._cond.wait(IDLE_POLL_S)
-                    continue
-                old = self._items.popleft()
-                self._seconds -= old.duration_s
-                self.dropped += 1
-                self.dropped_seconds += old.duration_s
-                dropped.append(old)
-            self._items.append(segment)
-            self._seconds += segment.duration_s
-            self._cond.notify_all()
-        return dropped
-
-    def get(self, timeout_s: float) -> SpeechSegment | None:
-        with self._cond:
-            if not self._items:
-                self._cond.wait(timeout_s)
-            if not self._items:
-                return None
-            segment = self._items.popleft()
-            self._seconds -= segment.duration_s
-            self._cond.notify_all()
-            return segment
-
-    @property
-    def depth(self) -> int:
-        return len(self._items)
-
-    @property
-    def seconds(self) -> float:
-        return self._seconds
+INT16_SCALE = 32768.0
 
 
 @dataclass
@@ -85,31 +49,52 @@ class Stats:
     transcripts: int = 0
     segments: int = 0
     empty: int = 0  # segments that gave no text (noise, gates)
-    failures: int = 0  # segments the engine raised on
+    failures: int = 0  # segments the engine raised on (each reported)
+    partials: int = 0  # partial results published
+    speculations: int = 0  # speculative decodes started
+    speculation_hits: int = 0  # ... whose result became the transcript
     audio_s: float = 0.0
     busy_s: float = 0.0
     latencies_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LATENCY_WINDOW))
 
 
+@dataclass
+class _Speculation:
+    seq: int
+    speech_frames: int  # the segment's speech when it was taken: more means it is stale
+    job: Job
+    result: Transcription | None = None
+    samples: int = 0  # audio it decoded (carry included)
+    busy_s: float = 0.0
+
+
 class Pipeline:
-    def __init__(self, source: AudioSource, segmenter, engine: Engine, publishers: list[Publisher],
+    def __init__(self, source: AudioSource, segmenter: Any, worker: Worker, publishers: list[Publisher],
                  options: PipelineConfig, *, live: bool, log_transcripts: bool = False,
                  progress: Callable[[str], None] = lambda stage: None,
                  status: Callable[[str], None] = lambda text: None,
-                 report_error: Callable[[str, str], None] = lambda error, context: None) -> None:
-        """live: a microphone (or a file read at real time): when inference falls behind, the
-        oldest queued speech is dropped; otherwise capture waits."""
-        self.source, self.segmenter, self.engine = source, segmenter, engine
+                 report_error: Callable[[str, str], None] = lambda error, context: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """live: a microphone (or a file read at real time): partial results and speculative
+        decoding are on, and when inference falls behind the oldest queued speech is dropped;
+        otherwise capture waits and every segment is decoded once. clock: when partial results
+        are due (the monotonic clock; tests pass the stream position)."""
+        self.clock = clock
+        self.source, self.segmenter, self.worker = source, segmenter, worker
         self.publishers, self.options = publishers, options
         self.live, self.log_transcripts = live, log_transcripts
         self.progress, self.status, self.report_error = progress, status, report_error
-        self.queue = SegmentQueue(options.queue_s)
+        self.lane = worker.lane("audio input", options.queue_s, Overflow.DROP_OLDEST if live else Overflow.BLOCK)
         self.stats = Stats()
         self.stop_event = threading.Event()
-        self._captured = threading.Event()  # capture has ended (stop or end of input)
         self._first_audio = threading.Event()
-        self._worker = threading.Thread(target=self._work, name="edgeasr-inference", daemon=True)
-        self._carry: tuple[np.ndarray, SpeechSegment] | None = None
+        self._ids: dict[int, str] = {}  # segment seq -> the utterance id its messages carry
+        self._open_seq: int | None = None  # the segment being built, as last seen
+        self._last_final_seq = -1  # the last segment handed to the worker as final
+        self._dropped_short = 0  # the segmenter's count, as last seen
+        self._partial_due = 0.0
+        self._speculation: _Speculation | None = None  # set by the capture thread, run by jobs
+        self._carry: tuple[np.ndarray, SpeechSegment] | None = None  # worker thread only
 
     # ------------------------------------------------------------------ lifecycle
     def request_stop(self) -> None:
@@ -119,19 +104,7 @@ class Pipeline:
         return self._first_audio.wait(timeout_s)
 
     def run(self) -> None:
-        """Capture until stopped or the input ends, then drain the queue within the deadline."""
-        self._worker.start()
-        try:
-            self._capture()
-        finally:
-            self._captured.set()
-            self._worker.join(self.options.stop_deadline_s if self.stop_event.is_set() else None)
-            if self._worker.is_alive():
-                log.warning("stop deadline (%.0f s) passed with %d segment(s) still queued",
-                            self.options.stop_deadline_s, self.queue.depth)
-
-    def _capture(self) -> None:
-        live = self.live
+        """Capture until stopped or the input ends; every segment read is queued."""
         while not self.stop_event.is_set():
             chunk = self.source.read(IDLE_POLL_S)
             self.progress("capture")
@@ -141,64 +114,170 @@ class Pipeline:
                 continue
             self._first_audio.set()
             for segment in self.segmenter.push(chunk):
-                self._enqueue(segment, block=not live)
+                self._enqueue(segment)
+            if self.live:
+                self._while_speaking()
         for segment in self.segmenter.flush():  # the segment in progress is finished, not lost
-            self._enqueue(segment, block=True)
+            self._enqueue(segment)
 
-    def _enqueue(self, segment: SpeechSegment, block: bool) -> None:
-        for old in self.queue.put(segment, block=block, stop=self.stop_event):
+    # ------------------------------------------------------------------ capture thread
+    def _utterance_id(self, seq: int) -> str:
+        if seq not in self._ids:
+            self._ids[seq] = str(uuid.uuid4())
+        return self._ids[seq]
+
+    def _enqueue(self, segment: SpeechSegment) -> None:
+        self._utterance_id(segment.seq)
+        self._last_final_seq = segment.seq  # partial results of it or before are stale now
+        speculation = self._speculation
+        unfinished = segment.cut and not segment.cut_in_pause  # decoded as not final
+        if speculation is not None and (unfinished or speculation.seq != segment.seq
+                                        or speculation.speech_frames != segment.speech_frames):
+            log.debug("speculation for segment %d is stale (speech frames %d -> %d, cut %s)",
+                      speculation.seq, speculation.speech_frames, segment.speech_frames, segment.cut)
+            speculation.job.cancel()  # speech went on after it: stale
+            speculation = None
+        self._speculation = None
+        job = Job(lambda engine, should_stop: self._final(engine, should_stop, segment, speculation),
+                  segment.duration_s, failed=lambda exc: self._failed(segment, exc))
+        self.lane.submit(job, stop=None if self.live else self.stop_event)
+
+    def _while_speaking(self) -> None:
+        """Offer a partial job when one is due; speculate when a pause has lasted long enough."""
+        open_segment = self.segmenter.open_segment()
+        self._track(open_segment)
+        if open_segment is None:
+            return
+        speculation = self._speculation
+        if speculation is not None and speculation.speech_frames != open_segment.speech_frames:
+            log.debug("speech resumed in segment %d: speculation dropped", speculation.seq)
+            speculation.job.cancel()  # speech resumed: that decode is worthless
+            self._speculation = speculation = None
+        after = self.options.speculate_after_ms
+        if (after is not None and speculation is None and open_segment.speech_frames
+                and open_segment.silence_ms >= after):
+            self._speculate(open_segment)
+        interval = self.options.partial_interval_ms
+        now = self.clock()
+        if interval and now >= self._partial_due and open_segment.silence_ms == 0:
+            self._partial_due = now + interval / 1000
+            snapshot = open_segment
+            self.lane.offer_partial(Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot),
+                                        len(snapshot.samples) / SAMPLE_RATE, partial=True))
+
+    def _track(self, open_segment: Any) -> None:
+        """New speech: its first partial comes an interval later. Speech too short to keep:
+        forget the id its partial results carried."""
+        seq = open_segment.seq if open_segment is not None else None
+        if seq is not None and seq != self._open_seq:
+            self._utterance_id(seq)
+            self._partial_due = self.clock() + (self.options.partial_interval_ms or 0) / 1000
+        dropped = self.segmenter.counters.dropped_short
+        if dropped != self._dropped_short and self._open_seq is not None:
+            self._ids.pop(self._open_seq, None)
+        self._open_seq, self._dropped_short = seq, dropped
+
+    def _speculate(self, open_segment: Any) -> None:
+        speculation = _Speculation(open_segment.seq, open_segment.speech_frames, Job(lambda e, s: None, 0.0))
+        audio = open_segment.samples
+
+        def run(engine: Any, should_stop: Callable[[], bool]) -> None:
+            t0 = time.monotonic()
+            samples = self._with_carry(audio, open_segment.start_sample)
+            speculation.result = engine.transcribe(samples, final=True, should_stop=should_stop)
+            speculation.samples, speculation.busy_s = len(samples), time.monotonic() - t0
+
+        speculation.job = Job(run, len(audio) / SAMPLE_RATE)
+        self._speculation = speculation
+        self.stats.speculations += 1
+        self.lane.submit(speculation.job, stop=None)
+
+    def _failed(self, segment: SpeechSegment, exc: Exception) -> None:
+        from edgeasr.worker import LaneFull
+
+        if isinstance(exc, LaneFull):
             log.warning("inference is behind: dropped %.1f s of queued speech (%d dropped so far)",
-                        old.duration_s, self.queue.dropped)
+                        segment.duration_s, self.lane.dropped)
             self.report_error("inference behind: queued speech dropped",
-                              f"{old.duration_s:.1f} s from {old.start_utc.isoformat()}")
+                              f"{segment.duration_s:.1f} s from {segment.start_utc.isoformat()}")
+            return
+        self.stats.failures += 1
+        self.report_error(f"transcription failed: {exc}", segment.start_utc.isoformat())
 
-    # ------------------------------------------------------------------ inference
-    def _work(self) -> None:
-        while True:
-            self.progress("worker")
-            segment = self.queue.get(IDLE_POLL_S)
-            if segment is None:
-                if self._captured.is_set() and self.queue.depth == 0:
-                    return
-                continue
-            self.status("transcribing")
-            try:
-                self._transcribe(segment)
-            except Exception as exc:  # the one supervision point of the worker: keep listening
-                self.stats.failures += 1
-                log.exception("transcribing a %.1f s segment failed", segment.duration_s)
-                self.report_error(f"transcription failed: {exc}", segment.start_utc.isoformat())
-            self.status("listening")
-
-    def _transcribe(self, segment: SpeechSegment) -> None:
-        audio = segment.samples.astype(np.float32) / 32768.0
+    # ------------------------------------------------------------------ worker thread
+    def _with_carry(self, samples: np.ndarray, start_sample: int) -> np.ndarray:
+        """float32 audio, with the unfinished tail of the cut window before it prepended."""
+        audio = samples.astype(np.float32) / INT16_SCALE
         carry = self._carry
-        self._carry = None
-        if carry is not None and carry[1].end_sample == segment.start_sample:
+        if carry is not None and carry[1].end_sample == start_sample:
             audio = np.concatenate([carry[0], audio])
+        return audio
+
+    def _final(self, engine: Any, should_stop: Callable[[], bool], segment: SpeechSegment,
+               speculation: _Speculation | None) -> None:
+        self.status("transcribing")
+        carry = self._carry
+        carried = carry is not None and carry[1].end_sample == segment.start_sample
+        audio = self._with_carry(segment.samples, segment.start_sample)
+        if carried and carry is not None:
             segment = dataclasses.replace(segment, start_sample=carry[1].start_sample,
                                           start_utc=carry[1].start_utc)
+        self._carry = None
         t0 = time.monotonic()
-        # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
-        result = self.engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause)
-        busy = time.monotonic() - t0
+        if speculation is not None and speculation.result is not None:
+            result, busy = speculation.result, speculation.busy_s  # decoded during the hangover
+            self.stats.speculation_hits += 1
+        else:
+            log.debug("segment %d decoded at its end (speculation: %s)", segment.seq,
+                      "none" if speculation is None else "not ready" if not speculation.job.cancelled.is_set()
+                      else "cancelled")
+            if speculation is not None:
+                speculation.job.cancel()
+            # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
+            result = engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause)
+            busy = time.monotonic() - t0
         self.stats.segments += 1
         self.stats.audio_s += len(audio) / SAMPLE_RATE
         self.stats.busy_s += busy
         if segment.cut and result.consumed_samples < len(audio):
             # the unfinished tail goes in front of the next (contiguous) segment
             start = segment.start_sample + result.consumed_samples
-            tail = dataclasses.replace(
-                segment, start_sample=start,
-                start_utc=segment.start_utc + _seconds(result.consumed_samples))
+            tail = dataclasses.replace(segment, start_sample=start,
+                                       start_utc=segment.start_utc + _seconds(result.consumed_samples))
             self._carry = (audio[result.consumed_samples:], tail)
             segment = dataclasses.replace(segment, end_sample=start, end_utc=tail.start_utc)
+        self._publish(segment, result, busy, partial=False)
+        self.status("listening")
+
+    def _partial(self, engine: Any, should_stop: Callable[[], bool], open_segment: Any) -> None:
+        if open_segment.seq <= self._last_final_seq:
+            return  # its segment was closed meanwhile: the final says it all
+        t0 = time.monotonic()
+        audio = self._with_carry(open_segment.samples, open_segment.start_sample)
+        result = engine.transcribe(audio, final=True, should_stop=should_stop)
+        n = len(open_segment.samples)
+        segment = SpeechSegment(samples=open_segment.samples, start_sample=open_segment.start_sample,
+                                end_sample=open_segment.start_sample + n,
+                                start_utc=self.segmenter.clock.utc(open_segment.start_sample),
+                                end_utc=self.segmenter.clock.utc(open_segment.start_sample + n),
+                                speech_end_mono=open_segment.speech_end_mono, seq=open_segment.seq,
+                                speech_frames=open_segment.speech_frames)
+        self._publish(segment, result, time.monotonic() - t0, partial=True)
+
+    def _publish(self, segment: SpeechSegment, result: Transcription, busy_s: float, partial: bool) -> None:
         if not result.text:
-            self.stats.empty += 1
+            if not partial:
+                self.stats.empty += 1
+                self._ids.pop(segment.seq, None)
             return
-        transcript = Transcript(str(uuid.uuid4()), segment, result, busy * 1e3)
+        utterance = self._utterance_id(segment.seq)
+        transcript = Transcript(utterance, segment, result, busy_s * 1e3, partial=partial)
         for publisher in self.publishers:
             publisher.publish(transcript)
+        if partial:
+            self.stats.partials += 1
+            return
+        self._ids.pop(segment.seq, None)
         latency = (time.monotonic() - segment.speech_end_mono) * 1e3
         self.stats.transcripts += 1
         self.stats.latencies_ms.append(latency)
@@ -213,15 +292,16 @@ class Pipeline:
         def pct(q: float) -> float | None:
             return round(lat[min(len(lat) - 1, int(q * len(lat)))], 1) if lat else None
 
-        gate = getattr(self.engine, "gate_failures", {})
+        s = self.stats
         return {
             "latency_ms_p50": pct(0.5), "latency_ms_p95": pct(0.95),
-            "real_time_factor": round(self.stats.busy_s / self.stats.audio_s, 4) if self.stats.audio_s else None,
-            "queue_depth": self.queue.depth, "queue_s": round(self.queue.seconds, 2),
-            "transcripts": self.stats.transcripts, "segments": self.stats.segments,
-            "failures": self.stats.failures, "dropped_segments": self.queue.dropped,
-            "dropped_s": round(self.queue.dropped_seconds, 2),
-            "gate_drops": dict(gate), "capture": _counters(self.source),
+            "real_time_factor": round(s.busy_s / s.audio_s, 4) if s.audio_s else None,
+            "queue_depth": self.lane.depth, "queue_s": round(self.lane.seconds, 2),
+            "transcripts": s.transcripts, "segments": s.segments, "failures": s.failures,
+            "partials": s.partials, "speculations": s.speculations, "speculation_hits": s.speculation_hits,
+            "dropped_segments": self.lane.dropped, "dropped_s": round(self.lane.dropped_seconds, 2),
+            "gate_drops": dict(getattr(self.worker.engine, "gate_failures", {})),
+            "capture": _counters(self.source),
             "segmenter": dataclasses.asdict(self.segmenter.counters),
         }
 
@@ -230,6 +310,6 @@ def _seconds(samples: int) -> dt.timedelta:
     return dt.timedelta(seconds=samples / SAMPLE_RATE)
 
 
-def _counters(source) -> dict:
+def _counters(source: Any) -> dict:
     counters = getattr(source, "counters", None)
     return dataclasses.asdict(counters) if counters is not None else {}

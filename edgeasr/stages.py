@@ -9,6 +9,7 @@ bundle's manifest carries the same value for the engine and is checked against i
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,6 +40,7 @@ class SpeechSegment:
     cut: bool = False  # True when cut at the window limit while speech went on
     cut_in_pause: bool = False  # ... and cut in a pause the VAD found: no word spans the cut
     seq: int = 0  # segment number in this stream
+    speech_frames: int = 0  # VAD frames judged speech in it
 
     @property
     def duration_s(self) -> float:
@@ -111,12 +113,20 @@ class AudioSource(Protocol):
     def close(self) -> None: ...
 
 
+class SpeechDetector(Protocol):
+    """Is this VAD frame (int16 mono SAMPLE_RATE, 10/20/30 ms) speech?"""
+
+    def is_speech(self, frame: np.ndarray) -> bool: ...
+
+
 class Engine(Protocol):
     """Speech -> text (edgeasr.asr.transcriber.Transcriber)."""
 
-    def transcribe(self, audio: np.ndarray, *, final: bool = True) -> Transcription:
+    def transcribe(self, audio: np.ndarray, *, final: bool = True,
+                   should_stop: Callable[[], bool] | None = None) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
-        the unconsumed tail (after the last complete timestamp) is left for the next call."""
+        the unconsumed tail (after the last complete timestamp) is left for the next call.
+        should_stop() is asked between decoded tokens; yes raises errors.Cancelled."""
 
 
 class Publisher(Protocol):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgeasr.config import Config, as_dict, load_config
+from edgeasr.config import Config, as_dict, live_keys, load_config
 from edgeasr.errors import ConfigError, MissingInputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_values_are_typed_and_nested(tmp_path):
         (
             "audio: {}\n",
             "audio: unknown key (allowed: device_id, state_dir, log, input, vad, model, "
-            "encoder, decoder, pipeline, output, mqtt)",
+            "encoder, decoder, pipeline, wyoming, output, mqtt)",
         ),
     ],
 )
@@ -254,3 +254,66 @@ def test_rendered_config_is_plain_data_that_loads_back(tmp_path):
     assert data["vad"]["aggressiveness"] == 2 and data["state_dir"] == str(cfg.state_dir)
     dumped = write(tmp_path, yaml.safe_dump(data), "dumped.yaml")
     assert load_config(dumped) == cfg
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"input.source": "none"}, "input.source: none leaves nothing to do without wyoming.uri"),
+        ({"wyoming.uri": "http://x:1"}, "wyoming.uri: 'http://x:1' is not allowed (tcp://HOST:PORT or unix://PATH)"),
+        ({"wyoming.uri": "unix:///run/e.sock", "wyoming.zeroconf": "kitchen"},
+         "wyoming.zeroconf: needs wyoming.uri tcp://HOST:PORT"),
+        ({"pipeline.speculate_after_ms": 900}, "pipeline.speculate_after_ms: 900 is not allowed (below vad.hangover_ms"),
+        ({"wyoming.max_sessions": 0}, "wyoming.max_sessions: 0 is not allowed (>= 1)"),
+    ],
+)
+def test_front_end_keys_are_checked(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    assert str(info.value).startswith(message)
+
+
+def test_a_server_only_daemon_is_a_valid_configuration():
+    cfg = load_config(None, {"input.source": "none", "wyoming.uri": "tcp://0.0.0.0:10300",
+                             "wyoming.zeroconf": "edgeasr-kitchen", "pipeline.speculate_after_ms": None})
+    assert cfg.wyoming.uri == "tcp://0.0.0.0:10300" and cfg.pipeline.speculate_after_ms is None
+
+
+def test_live_keys_are_what_a_reload_applies():
+    """SIGHUP applies exactly the keys marked live; everything else waits for a restart."""
+    from edgeasr.config import changed_keys, with_live
+
+    running = load_config(None, {})
+    new = load_config(None, {"decoder.preset": "conservative", "decoder.threads": 1, "model.language": "de",
+                             "log.level": "DEBUG"})
+    applied = with_live(running, new)
+    assert changed_keys(running, new) == ["log.level", "model.language", "decoder.preset", "decoder.threads"]
+    assert changed_keys(applied, new) == ["decoder.threads"]  # a repeat reports only what still waits
+    assert applied.decoder.threads == 2 and applied.decoder.preset == "conservative"
+    assert set(live_keys()) >= {"model.language", "model.task", "decoder.encoder_padding", "log.level"}
+    assert not set(live_keys()) & {"decoder.threads", "decoder.precision", "encoder.backend", "model.path"}
+
+
+def test_every_live_engine_key_changes_the_running_engine():
+    """The keys marked live under model and decoder are the ones engine.reconfigure applies:
+    changing any of them changes what the engine decodes with."""
+    import types
+
+    from edgeasr.asr.engine import reconfigure
+
+    values = {"model.language": "de", "model.task": "translate", "decoder.preset": "conservative",
+              "decoder.encoder_padding": 1000, "decoder.repetition_penalty": 1.4, "decoder.eos_threshold": 0.9,
+              "decoder.max_tokens_per_s": 3.0, "decoder.logprob_threshold": -2.0,
+              "decoder.no_speech_threshold": 0.3, "decoder.compression_ratio_threshold": 3.0,
+              "decoder.on_gate_fail": "keep"}
+    engine_keys = [k for k in live_keys() if k.split(".")[0] in ("model", "decoder")]
+    assert sorted(engine_keys) == sorted(values)
+
+    def applied(cfg):
+        engine = types.SimpleNamespace()
+        reconfigure(engine, cfg.model, cfg.decoder)
+        return vars(engine)
+
+    default = applied(load_config(None, {}))
+    for key, value in values.items():
+        assert applied(load_config(None, {key: value})) != default, key

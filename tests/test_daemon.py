@@ -18,6 +18,7 @@ import pytest
 import soundfile as sf
 import yaml
 from conftest import make_engine, normalize
+from test_payload import PARTIAL, validator
 
 REPO = Path(__file__).resolve().parents[1]
 STREAM_TIMEOUT_S = 240
@@ -104,6 +105,13 @@ def test_realtime_stream_publishes_every_utterance(stream_id, tiny_bundle, dev_d
     assert len(messages) >= len(rows)  # every utterance, none lost in the outage
     for m in messages:
         assert m["device_id"] == "testdev" and m["latency_ms"] >= 0 and m["end"] > m["start"]
+    # partial results while each utterance is spoken, under the id of its final transcript
+    partials = [m.json() for m in sub.on("edgeasr/testdev/partial")]
+    check = validator(PARTIAL)
+    for m in partials:
+        check.validate(m)
+    partial_ids, final_ids = {m["id"] for m in partials}, {m["id"] for m in messages}
+    assert len(partial_ids & final_ids) >= 0.8 * len(partial_ids) and len(partial_ids) >= len(rows) // 2
     audio, _ = sf.read(audio_path, dtype="int16")
     stream_wer = jiwer.wer(normalize(" ".join(r["reference"] for r in rows)),
                            normalize(" ".join(m["text"] for m in messages)))

@@ -23,6 +23,7 @@ from edgeasr.output.outbox import Outbox
 from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcript, Transcription
 
 SOURCE = {"device_id": "d", "model": "m", "backend": "b"}
+PARTIAL = "partial"  # the $defs entry of the partial message
 T0 = dt.datetime(2025, 3, 1, 12, 0, 5, 250_000, tzinfo=dt.UTC)
 
 
@@ -226,3 +227,24 @@ def test_schema_is_shipped_as_package_data():
     assert resource.is_file()
     schema = json.loads(resource.read_text("utf-8"))
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_a_partial_message_is_valid_and_shares_the_final_id():
+    segment, transcription = make_inputs()
+    final = transcript(segment, transcription)
+    partial = Transcript(final.id, segment, transcription, 12.0, partial=True)
+    message = msgs.partial_message(partial, device_id="kitchen-pi")
+    validator(PARTIAL).validate(message)
+    assert message["id"] == final.id and message["text"] == "Hello there, general."
+    with pytest.raises(jsonschema.ValidationError):
+        validator(PARTIAL).validate({**message, "seq": 1})  # partials are not numbered
+
+
+def test_stdout_carries_final_transcripts_only():
+    segment, transcription = make_inputs()
+    stream = io.StringIO()
+    publisher = msgs.StdoutPublisher(stream=stream, **SOURCE)
+    final = transcript(segment, transcription)
+    publisher.publish(Transcript(final.id, segment, transcription, 1.0, partial=True))
+    publisher.publish(final)
+    assert [json.loads(line)["id"] for line in stream.getvalue().splitlines()] == [final.id]

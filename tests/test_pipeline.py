@@ -1,9 +1,12 @@
-"""The pipeline's hand-over from segmenter to engine, with a recording engine."""
+"""The audio front end: segmenter -> worker -> publishers, with partial results and speculative
+decoding. A recording engine stands in for Whisper so that the hand-over itself is checked; the
+pipeline's clock follows the stream position, so "real time" needs no waiting."""
 
 from __future__ import annotations
 
+import numpy as np
 import soundfile as sf
-from test_segmenter import WINDOW_S, sentence_pause_sentence
+from test_segmenter import DEV, WINDOW_S, read, sentence_pause_sentence
 
 from edgeasr.audio.clock import StreamClock
 from edgeasr.audio.segmenter import Segmenter
@@ -11,6 +14,7 @@ from edgeasr.audio.sources import FileSource
 from edgeasr.config import PipelineConfig, VadOptions
 from edgeasr.pipeline import Pipeline
 from edgeasr.stages import SAMPLE_RATE, TextSegment, Transcription
+from edgeasr.worker import Worker
 
 
 class RecordingEngine:
@@ -19,35 +23,114 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.calls: list[tuple[int, bool]] = []  # (samples, final)
 
-    def transcribe(self, audio, *, final: bool = True) -> Transcription:
+    def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None) -> Transcription:
         self.calls.append((len(audio), final))
         seconds = len(audio) / SAMPLE_RATE
-        segment = TextSegment(start=0.0, end=seconds, text=" words", tokens=(1,), avg_logprob=-0.1,
+        segment = TextSegment(start=0.0, end=seconds, text=f" {seconds:.2f} s", tokens=(1,), avg_logprob=-0.1,
                               no_speech_prob=0.0, compression_ratio=1.0)
-        return Transcription(text="words", segments=(segment,), language="en", windows=1, tokens=1,
+        return Transcription(text=f"{seconds:.2f} s", segments=(segment,), language="en", windows=1, tokens=1,
                              consumed_samples=len(audio))
 
 
 class ListPublisher:
     def __init__(self) -> None:
-        self.payloads: list = []
+        self.transcripts: list = []
 
     def publish(self, transcript) -> None:
-        self.payloads.append(transcript)
+        self.transcripts.append(transcript)
 
     def close(self, timeout_s: float) -> None:
         pass
 
+    def finals(self) -> list:
+        return [t for t in self.transcripts if not t.partial]
+
+
+class StreamTime:
+    """A source wrapper whose clock is the stream position: the pipeline sees real time pass
+    as fast as the file is read."""
+
+    def __init__(self, source: FileSource) -> None:
+        self.source, self.seconds = source, 0.0
+
+    def read(self, timeout_s: float):
+        chunk = self.source.read(timeout_s)
+        if chunk is not None:
+            self.seconds = (chunk.start_sample + len(chunk.samples)) / SAMPLE_RATE
+        return chunk
+
+    @property
+    def ended(self) -> bool:
+        return self.source.ended
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def run(tmp_path, audio: np.ndarray, *, live: bool, **options) -> tuple[Pipeline, RecordingEngine, ListPublisher]:
+    sf.write(tmp_path / "in.wav", audio, SAMPLE_RATE)
+    engine, publisher = RecordingEngine(), ListPublisher()
+    source = StreamTime(FileSource(tmp_path / "in.wav", realtime=False, block_ms=30))
+    worker = Worker(engine).start()
+    pipeline = Pipeline(source, Segmenter(VadOptions(), WINDOW_S, StreamClock()), worker, [publisher],
+                        PipelineConfig(**options), live=live, clock=lambda: source.seconds)
+    pipeline.run()
+    assert worker.stop(30)
+    return pipeline, engine, publisher
+
 
 def test_a_segment_cut_in_a_pause_is_decoded_as_complete(tmp_path):
     x, _, _ = sentence_pause_sentence()
-    sf.write(tmp_path / "two.wav", x, SAMPLE_RATE)
-    engine, publisher = RecordingEngine(), ListPublisher()
-    pipeline = Pipeline(FileSource(tmp_path / "two.wav", realtime=False, block_ms=30),
-                        Segmenter(VadOptions(), WINDOW_S, StreamClock()), engine, [publisher],
-                        PipelineConfig(), live=False)
-    pipeline.run()
+    pipeline, engine, publisher = run(tmp_path, x, live=False)
     # the first segment was cut at the window limit, in the pause: no tail to carry over
     assert len(engine.calls) == 2 and [final for _, final in engine.calls] == [True, True]
-    assert len(publisher.payloads) == 2
+    assert len(publisher.finals()) == 2 and publisher.finals() == publisher.transcripts
     assert engine.calls[0][0] <= WINDOW_S * SAMPLE_RATE
+
+
+def test_partial_results_carry_the_id_of_their_final_transcript(tmp_path):
+    clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")  # 8.3 s of speech
+    silence = np.zeros(SAMPLE_RATE, np.int16)
+    x = np.concatenate([silence, clip, silence, clip, silence])
+    pipeline, _, publisher = run(tmp_path, x, live=True, partial_interval_ms=500, speculate_after_ms=None)
+    finals = publisher.finals()
+    partials = [t for t in publisher.transcripts if t.partial]
+    assert len(finals) == 2 and len({t.id for t in finals}) == 2
+    assert partials and {t.id for t in partials} <= {t.id for t in finals}
+    for final in finals:  # every partial of an utterance comes before its final
+        mine = [i for i, t in enumerate(publisher.transcripts) if t.id == final.id]
+        assert publisher.transcripts[mine[-1]] is final
+    assert pipeline.stats.partials == len(partials)
+
+
+def test_a_pause_long_enough_is_decoded_before_the_hangover_ends(tmp_path):
+    clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
+    silence = np.zeros(2 * SAMPLE_RATE, np.int16)
+    pipeline, engine, publisher = run(tmp_path, np.concatenate([silence, clip, silence]), live=True,
+                                      partial_interval_ms=0, speculate_after_ms=300)
+    assert pipeline.stats.speculations == 1 and pipeline.stats.speculation_hits == 1
+    # decoded once, while the hangover ran: the segment's end did not decode it again
+    assert len(engine.calls) == 1 and len(publisher.finals()) == 1
+
+
+def test_speech_resuming_throws_the_speculation_away(tmp_path):
+    """One segment holding a pause longer than the speculation's wait but shorter than the
+    hangover: the speculation taken in that pause is dropped when speech resumes, and the
+    transcript comes from the one taken at the end."""
+    # "go forward ten meters": its speech lasts the first 2.35 s of the clip
+    phrase = read(DEV / "audio" / "cmu_goforward.wav")[: int(2.35 * SAMPLE_RATE)]
+    silence, pause = np.zeros(2 * SAMPLE_RATE, np.int16), np.zeros(int(0.45 * SAMPLE_RATE), np.int16)
+    a, b = phrase, phrase
+    pipeline, engine, publisher = run(tmp_path, np.concatenate([silence, a, pause, b, silence]), live=True,
+                                      partial_interval_ms=0, speculate_after_ms=200)
+    assert len(publisher.finals()) == 1
+    assert pipeline.stats.speculations == 2 and pipeline.stats.speculation_hits == 1
+    # the transcript covers both phrases: the stale speculation's audio ended in the pause
+    assert engine.calls[-1][0] >= len(a) + len(pause) + len(b) - SAMPLE_RATE
+
+
+def test_a_file_read_as_fast_as_possible_is_decoded_once_per_segment(tmp_path):
+    x, _, _ = sentence_pause_sentence()
+    pipeline, engine, publisher = run(tmp_path, x, live=False, partial_interval_ms=500, speculate_after_ms=300)
+    assert pipeline.stats.partials == 0 and pipeline.stats.speculations == 0
+    assert len(engine.calls) == len(publisher.finals())

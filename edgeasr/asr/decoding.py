@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 from edgeasr.asr import logits as rules
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
-from edgeasr.errors import ConfigError, ModelError
+from edgeasr.errors import Cancelled, ConfigError, ModelError
 
 # how long the step's threads stay awake after a run, for the next token's (microseconds)
 STEP_SPIN_US = 1000
@@ -255,7 +256,8 @@ def _detect_language(logits: np.ndarray, bundle: Bundle) -> str:
 
 
 def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                  window_s: float, silence: float | None = None, chain: list | None = None) -> WindowResult:
+                  window_s: float, silence: float | None = None, chain: list | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
     """Greedy decoding with timestamps of one window whose speech lasts `window_s`;
     `silence` is the window's log-mel value of silence (`features.silence_level`)."""
     bundle, tok = session.bundle, session.bundle.tokens
@@ -278,6 +280,8 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     logprobs: list[float] = []
     hit_cap = True
     while len(tokens) < cap:
+        if should_stop is not None and should_stop():
+            raise Cancelled("decoding stopped on request")
         for rule in chain:
             rule.apply(logits, tokens)
         token = int(np.argmax(logits))

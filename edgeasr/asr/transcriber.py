@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -98,11 +99,19 @@ class Transcriber:
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
 
-    def transcribe(self, audio: np.ndarray, *, final: bool = True) -> Transcription:
+    def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> Transcription:
+        """audio: float32 mono at the bundle's rate. final=False: speech goes on after it; the
+        tail after the last complete timestamp is left unconsumed. language: this request's
+        (multilingual bundles), else model.language's. should_stop() is asked between decoded
+        tokens; when it says yes, errors.Cancelled is raised."""
+        options = self.options
+        if language is not None and self.bundle.multilingual:
+            options = replace(options, language=language)
         sr, window = self.spec.sample_rate, self.spec.n_samples
         audio = np.asarray(audio, dtype=np.float32)
         seek, segments, n_tokens, windows, dropped, runaway, steps = 0, [], 0, 0, 0, 0, 0
-        language = self.options.language or "en"
+        language = options.language or "en"
         timings = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
         while len(audio) - seek >= MIN_WINDOW_S * sr:
             chunk = audio[seek : seek + window]
@@ -120,7 +129,7 @@ class Transcriber:
             t2 = time.monotonic()
             timings["features"] += (t1 - t0) * 1e3
             timings["encoder"] += (t2 - t1) * 1e3
-            decoded = self._decode(features, silence_level(mel), chunk, complete)
+            decoded = self._decode(features, silence_level(mel), chunk, complete, options, should_stop)
             pieces, result = decoded.pieces, decoded.result
             timings["decoder"] += decoded.decoder_ms
             steps += decoded.decoder_steps
@@ -152,13 +161,15 @@ class Transcriber:
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
                              runaway_windows=runaway, decoder_steps=steps, timings_ms=timings)
 
-    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool) -> _Decoded:
+    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool,
+                options: DecodingOptions, should_stop: Callable[[], bool] | None = None) -> _Decoded:
         """Decode a window, once more with the retry options if it fails a gate and that is
         configured."""
-        options = self.options
+        requested = options
         spent, steps = 0.0, 0
         for attempt in range(2):
-            result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate, silence)
+            result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate,
+                                   silence, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += result.timings_ms["steps"]
             pieces, advance = self._keep(result, chunk, last)
@@ -173,7 +184,7 @@ class Transcriber:
             log.debug("window failed the %s gate (attempt %d)", verdict, attempt + 1)
             if self.on_gate_fail != "retry" or verdict == "no_speech":
                 break
-            options = replace(self.retry_options, language=self.options.language)
+            options = replace(self.retry_options, language=requested.language)
         return _Decoded(pieces, result, advance, verdict, spent, steps)
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import numpy as np
 import webrtcvad
@@ -27,11 +26,7 @@ import webrtcvad
 from edgeasr.audio.clock import StreamClock
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
-from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechSegment
-
-
-class SpeechDetector(Protocol):
-    def is_speech(self, frame: np.ndarray) -> bool: ...
+from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechDetector, SpeechSegment
 
 
 class WebRtcDetector:
@@ -42,6 +37,18 @@ class WebRtcDetector:
 
     def is_speech(self, frame: np.ndarray) -> bool:
         return self._vad.is_speech(frame.tobytes(), SAMPLE_RATE)
+
+
+@dataclass(frozen=True)
+class OpenSegment:
+    """The segment being built: speech has begun and it is neither closed nor cut yet."""
+
+    seq: int  # the seq it will carry when emitted
+    start_sample: int
+    samples: np.ndarray  # int16, a copy of what it holds so far
+    speech_frames: int  # grows only while someone speaks: unchanged means no new speech
+    silence_ms: int  # non-speech at its end so far
+    speech_end_mono: float  # capture time of its last speech frame
 
 
 @dataclass
@@ -131,8 +138,26 @@ class Segmenter:
         return replace(self._counters)
 
     @property
+    def clock(self) -> StreamClock:
+        return self._clock
+
+    @property
     def frame_samples(self) -> int:
         return self._n
+
+    def open_segment(self) -> OpenSegment | None:
+        """A snapshot of the segment being built, or None while no one speaks."""
+        if not self._open:
+            return None
+        spoken = np.flatnonzero(self._speech[: self._count])
+        return OpenSegment(
+            seq=self._seq,
+            start_sample=self._first,
+            samples=self._audio[: self._count].reshape(-1).copy(),
+            speech_frames=len(spoken),
+            silence_ms=self._silence_run * self._options.frame_ms,
+            speech_end_mono=float(self._mono[spoken[-1]]) if len(spoken) else self._speech_mono,
+        )
 
     def reset(self) -> None:
         """Forget all audio and start a new stream (counters are kept)."""
@@ -253,6 +278,7 @@ class Segmenter:
             cut=cut,
             cut_in_pause=in_pause,
             seq=self._seq,
+            speech_frames=len(spoken),
         )
         self._seq += 1
         self._counters.segments += 1

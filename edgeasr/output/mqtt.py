@@ -51,11 +51,13 @@ class Topics:
     status: str
     error: str
     metrics: str
+    partial: str
 
     @classmethod
     def for_device(cls, prefix: str, device_id: str) -> Topics:
         base = f"{prefix}/{device_id}"
-        return cls(f"{base}/transcript", f"{base}/status", f"{base}/error", f"{base}/metrics")
+        return cls(f"{base}/transcript", f"{base}/status", f"{base}/error", f"{base}/metrics",
+                   f"{base}/partial")
 
 
 def use_tls(options: MqttConfig) -> bool:
@@ -184,7 +186,11 @@ class MqttPublisher:
     # -- the Publisher protocol --------------------------------------------------------
 
     def publish(self, transcript: Transcript) -> None:
-        """Commit the transcript to the outbox; it is sent as soon as the broker allows."""
+        """Commit the transcript to the outbox; it is sent as soon as the broker allows. A
+        partial result is only sent while connected (QoS 0): a late one is worthless."""
+        if transcript.partial:
+            self._publish_live(self.topics.partial, msgs.partial_message(transcript, device_id=self.device_id))
+            return
         draft = msgs.build_transcript(transcript, device_id=self.device_id, model=self._info["model"],
                                       backend=self._info["backend"])
         message = msgs.finish(draft, now_mono=time.monotonic())

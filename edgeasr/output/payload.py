@@ -71,6 +71,21 @@ def build_transcript(transcript: Transcript, *, device_id: str, model: str, back
     }
 
 
+def partial_message(transcript: Transcript, *, device_id: str) -> dict[str, Any]:
+    """`{prefix}/{device}/partial`: the text so far of speech still going on. `id` is the one
+    the final transcript will carry; `end` is where the audio decoded so far ends."""
+    segment = transcript.segment
+    return {
+        "id": transcript.id,
+        "device_id": device_id,
+        "text": transcript.transcription.text.strip(),
+        "lang": transcript.transcription.language,
+        "start": utc_iso(segment.start_utc),
+        "end": utc_iso(segment.end_utc),
+        "time": utc_iso(dt.datetime.now(dt.UTC)),
+    }
+
+
 def finish(draft: Mapping[str, Any], *, now_mono: float, seq: int | None = None) -> dict[str, Any]:
     """The publishable transcript: latency filled in, private keys dropped, seq set if given."""
     message = {key: value for key, value in draft.items() if not key.startswith("_")}

@@ -1,0 +1,99 @@
+"""`edgeasr bench-wyoming --dataset DIR --server NAME=URI ...`: Wyoming speech-to-text servers side
+by side, as Home Assistant's Assist pipeline uses them.
+
+Each utterance of the set, followed by `--trailing-s` of silence (Home Assistant sends
+`audio-stop` once its own VAD has heard that much), goes to every server in turn (the order
+alternates, so a busy spell of the machine slows both alike), at real time or at once. Per
+server: the time from `audio-stop` to `transcript` (median, p90), the WER and CER after
+Whisper's English normalizer, and for utterances over `--partial-min-s` sent at real time, the
+time from the first audio to the first `transcript-chunk`. `packaging/bench-wyoming.sh`
+starts edgeasr and wyoming-faster-whisper on the same weights and runs this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench-wyoming", help="Wyoming STT servers side by side on an audio set")
+    p.add_argument("--dataset", type=Path, required=True, metavar="DIR", help="a directory with manifest.tsv")
+    p.add_argument("--server", action="append", required=True, metavar="NAME=URI",
+                   help="a server to measure, e.g. edgeasr=tcp://127.0.0.1:10300 (repeatable)")
+    p.add_argument("--realtime", action="store_true", help="send audio at real time, as a microphone does")
+    p.add_argument("--trailing-s", type=float, default=0.7,
+                   help="silence after each utterance before audio-stop (default 0.7)")
+    p.add_argument("--partial-min-s", type=float, default=3.0,
+                   help="utterances longer than this count for the time to the first partial")
+    p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
+    p.set_defaults(func=main)
+
+
+def _servers(specs: list[str]) -> dict[str, str]:
+    from edgeasr.errors import UsageError
+
+    servers = {}
+    for spec in specs:
+        name, sep, uri = spec.partition("=")
+        if not sep or not uri:
+            raise UsageError(f"--server {spec}: expected NAME=URI")
+        servers[name] = uri
+    return servers
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
+
+
+def main(args: argparse.Namespace) -> int:
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    from edgeasr.audio.files import load_audio
+    from edgeasr.commands.bench import read_set
+    from edgeasr.stages import SAMPLE_RATE
+    from edgeasr.wyoming.server import request
+
+    servers = _servers(args.server)
+    utterances = read_set(args.dataset, args.limit)
+    silence = np.zeros(int(args.trailing_s * SAMPLE_RATE), np.float32)
+    results: dict[str, list[dict]] = {name: [] for name in servers}
+    for i, u in enumerate(utterances):
+        audio = np.concatenate([load_audio(args.dataset / u["file"], SAMPLE_RATE), silence])
+        pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+        order = list(servers) if i % 2 == 0 else list(servers)[::-1]
+        for name in order:
+            reply = asyncio.run(request(servers[name], pcm, rate=SAMPLE_RATE, width=2, channels=1,
+                                        chunk_s=0.1, realtime=args.realtime))
+            results[name].append({"id": u["id"], "duration_s": float(u["duration_s"]), **vars(reply)})
+        print(f"bench-wyoming: {i + 1}/{len(utterances)} {u['id']}", file=sys.stderr)
+    norm = EnglishTextNormalizer()
+    references = {u["id"]: norm(u["reference"]) for u in utterances}
+    report: dict = {"utterances": len(utterances), "realtime": args.realtime, "trailing_s": args.trailing_s,
+                    "servers": {}}
+    for name, rows in results.items():
+        ok = [r for r in rows if r["text"] is not None]
+        stops = [r["stop_to_transcript_s"] * 1e3 for r in ok]
+        firsts = [r["first_chunk_s"] * 1e3 for r in ok
+                  if r["duration_s"] > args.partial_min_s and r["first_chunk_s"] is not None]
+        report["servers"][name] = {
+            "answered": len(ok), "errors": len(rows) - len(ok),
+            "stop_to_transcript_ms_median": _percentile(stops, 0.5),
+            "stop_to_transcript_ms_p90": _percentile(stops, 0.9),
+            "first_partial_ms_median": _percentile(firsts, 0.5) if args.realtime else None,
+            "utterances_with_partials": sum(1 for r in ok if r["chunks"]) if args.realtime else None,
+            "wer": round(jiwer.wer([references[r["id"]] for r in ok], [norm(r["text"]) for r in ok]), 4),
+            "cer": round(jiwer.cer([references[r["id"]] for r in ok], [norm(r["text"]) for r in ok]), 4),
+        }
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps({**report, "results": results}, indent=2) + "\n")
+    return 0

@@ -1,0 +1,288 @@
+"""Home Assistant's Wyoming protocol end to end: the daemon in a subprocess, the real `wyoming`
+client library (AsyncClient.from_uri), real dev speech."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+import yaml
+from conftest import normalize, wer
+from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncClient
+from wyoming.error import Error
+from wyoming.event import async_read_event
+from wyoming.info import Describe, Info
+
+REPO = Path(__file__).resolve().parents[1]
+CHUNK_S = 0.1  # audio per audio-chunk event, as Home Assistant sends about
+SHORT = "ls_test-other_1688-142285-0002"  # 7.6 s
+LONG = "ls_dev-clean_2412-153948-0000"  # 11.7 s: past the 10 s window
+MAX_AUDIO_S = 20.0
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    uri: str
+    port: int
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def start_server(tmp: Path, bundle: Path, extra: dict | None = None, env: dict | None = None) -> Server:
+    port = free_port()
+    settings = {"model": {"path": str(bundle)}, "encoder": {"backend": "onnx"}, "input": {"source": "none"},
+                "state_dir": str(tmp / "state"),
+                "wyoming": {"uri": f"tcp://127.0.0.1:{port}", "max_audio_s": MAX_AUDIO_S}}
+    for key, value in (extra or {}).items():
+        section, leaf = key.split(".")
+        settings.setdefault(section, {})[leaf] = value
+    config = tmp / "edgeasr.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    proc = subprocess.Popen([sys.executable, "-m", "edgeasr", "--config", str(config)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return Server(proc, f"tcp://127.0.0.1:{port}", port)
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"the Wyoming server did not start:\n{proc.communicate()[1][-3000:]}")
+
+
+def stop_server(server: Server) -> tuple[str, str]:
+    server.proc.terminate()
+    out, err = server.proc.communicate(timeout=60)
+    assert server.proc.returncode == 0, err[-3000:]
+    return out, err
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle, tmp_path_factory):
+    s = start_server(tmp_path_factory.mktemp("wyoming"), tiny_bundle)
+    yield s
+    stop_server(s)
+
+
+def clip(dev_dir: Path, name: str) -> np.ndarray:
+    audio, rate = sf.read(dev_dir / "audio" / f"{name}.wav", dtype="int16")
+    assert rate == 16000
+    return audio
+
+
+@dataclass
+class Reply:
+    events: list = field(default_factory=list)
+    text: str | None = None
+    chunks: list[str] = field(default_factory=list)
+    chunks_before_stop: int = 0
+    error: Error | None = None
+    stop_to_transcript_s: float | None = None
+    first_chunk_s: float | None = None  # after the first audio was sent
+
+
+async def send_audio(client: AsyncClient, pcm: bytes, rate: int, width: int, channels: int,
+                     realtime: bool, stop_at: float = 1.0) -> None:
+    step = int(CHUNK_S * rate) * width * channels
+    end = int(len(pcm) * stop_at) // (width * channels) * (width * channels)
+    for i in range(0, end, step):
+        await client.write_event(AudioChunk(rate=rate, width=width, channels=channels, audio=pcm[i:i + step]).event())
+        if realtime:
+            await asyncio.sleep(CHUNK_S)
+
+
+async def transcribe(uri: str, audio: np.ndarray, rate: int = 16000, width: int = 2, channels: int = 1,
+                     realtime: bool = False, language: str | None = None) -> Reply:
+    """One Wyoming request as Home Assistant makes it; `audio` is int16 (or int32 for width 4)."""
+    reply = Reply()
+    pcm = audio.astype({2: "<i2", 4: "<i4"}[width]).tobytes()
+    async with AsyncClient.from_uri(uri) as client:
+        await client.write_event(Transcribe(language=language).event())
+        await client.write_event(AudioStart(rate=rate, width=width, channels=channels).event())
+        t0 = time.monotonic()
+        sender = asyncio.create_task(send_audio(client, pcm, rate, width, channels, realtime))
+        stopped: float | None = None
+        while True:
+            if stopped is None and sender.done():
+                await sender
+                await client.write_event(AudioStop().event())
+                stopped = time.monotonic()
+            try:
+                event = await asyncio.wait_for(client.read_event(), 0.05 if stopped is None else 60)
+            except TimeoutError:
+                continue
+            if event is None:
+                break
+            reply.events.append(event.type)
+            if TranscriptChunk.is_type(event.type):
+                reply.chunks.append(TranscriptChunk.from_event(event).text)
+                if stopped is None:
+                    reply.chunks_before_stop += 1
+                    reply.first_chunk_s = reply.first_chunk_s or time.monotonic() - t0
+            elif Transcript.is_type(event.type):
+                reply.text = Transcript.from_event(event).text
+                reply.stop_to_transcript_s = time.monotonic() - stopped if stopped else None
+            elif Error.is_type(event.type):
+                reply.error = Error.from_event(event)
+                break
+            elif TranscriptStop.is_type(event.type):
+                break
+    return reply
+
+
+def edgeasr_transcribe(bundle: Path, path: Path) -> str:
+    out = subprocess.run([sys.executable, "-m", "edgeasr", "transcribe", "--model", str(bundle),
+                          "--backend", "onnx", "--json", str(path)], cwd=REPO, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)["text"]
+
+
+def test_describe_reports_one_streaming_asr_program(server, tiny_bundle):
+    async def ask() -> Info:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(Describe().event())
+            event = await asyncio.wait_for(client.read_event(), 5)
+            return Info.from_event(event)
+
+    info = asyncio.run(ask())
+    assert len(info.asr) == 1
+    program = info.asr[0]
+    assert program.installed and program.supports_transcript_streaming and program.version
+    assert program.attribution.name
+    (model,) = program.models
+    assert model.name == "whisper-tiny.en" and model.languages == ["en"] and model.installed
+
+
+def test_a_dev_utterance_matches_edgeasr_transcribe(server, tiny_bundle, dev_dir):
+    audio = clip(dev_dir, SHORT)
+    reply = asyncio.run(transcribe(server.uri, audio))
+    assert reply.error is None, reply.error
+    expected = edgeasr_transcribe(tiny_bundle, dev_dir / "audio" / f"{SHORT}.wav")
+    assert reply.text == expected
+    assert reply.events[0] == TranscriptStart().event().type and reply.events[-1] == "transcript-stop"
+    assert reply.events.index("transcript") < reply.events.index("transcript-stop")
+
+
+def test_any_rate_width_and_channels_are_resampled(server, dev_dir, dev_manifest):
+    audio = clip(dev_dir, SHORT).astype(np.float32) / 32768
+    at_44k = soxr.resample(audio, 16000, 44100, quality="VHQ")
+    stereo_int32 = (np.stack([at_44k, at_44k], axis=1) * 2**31 * 0.999).astype(np.int32)
+    reply = asyncio.run(transcribe(server.uri, stereo_int32.reshape(-1), rate=44100, width=4, channels=2))
+    assert reply.error is None, reply.error
+    reference = next(r["reference"] for r in dev_manifest if r["id"] == SHORT)
+    assert wer(reference, reply.text) <= 0.15
+
+
+def test_partial_text_arrives_while_a_long_utterance_is_spoken(server, dev_dir, dev_manifest):
+    audio = clip(dev_dir, LONG)
+    reply = asyncio.run(transcribe(server.uri, audio, realtime=True))
+    assert reply.error is None, reply.error
+    assert reply.chunks_before_stop >= 1
+    # chunks are appended by clients: together they continue into the final transcript
+    assert normalize(reply.text).startswith(normalize("".join(reply.chunks)).split(" ")[0])
+    reference = next(r["reference"] for r in dev_manifest if r["id"] == LONG)
+    assert wer(reference, reply.text) <= 0.2
+    print(f"\nfirst transcript-chunk {reply.first_chunk_s:.2f} s after the audio began; "
+          f"audio-stop -> transcript {reply.stop_to_transcript_s * 1e3:.0f} ms")
+
+
+def test_a_client_that_vanishes_mid_utterance_does_not_stop_the_server(server, dev_dir):
+    async def vanish() -> None:
+        client = AsyncClient.from_uri(server.uri)
+        await client.connect()
+        await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+        pcm = clip(dev_dir, LONG).tobytes()
+        await send_audio(client, pcm, 16000, 2, 1, realtime=False, stop_at=0.5)
+        await client.disconnect()
+
+    asyncio.run(vanish())
+    reply = asyncio.run(transcribe(server.uri, clip(dev_dir, SHORT)))
+    assert reply.error is None and reply.text and server.alive()
+
+
+def test_a_malformed_event_gets_an_error_and_the_connection_closes(server, dev_dir):
+    async def send_raw(data: bytes) -> list:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(data)
+        await writer.drain()
+        events = []
+        while (event := await asyncio.wait_for(async_read_event(reader), 10)) is not None:
+            events.append(event)
+        writer.close()
+        return events
+
+    garbage = asyncio.run(send_raw(b"this is not a Wyoming event\n"))
+    assert [e.type for e in garbage] == ["error"] and Error.from_event(garbage[0]).code == "malformed"
+    early = asyncio.run(send_raw(_frame_chunk()))
+    assert early and early[-1].type == "error" and "before audio-start" in Error.from_event(early[-1]).text
+    reply = asyncio.run(transcribe(server.uri, clip(dev_dir, SHORT)))
+    assert reply.text and server.alive()
+
+
+def _frame_chunk() -> bytes:
+    """An audio-chunk event in Wyoming's wire format (header line, then the payload)."""
+    payload = b"\0\0" * 160
+    header = {"type": "audio-chunk", "data": {"rate": 16000, "width": 2, "channels": 1},
+              "payload_length": len(payload)}
+    return json.dumps(header).encode() + b"\n" + payload
+
+
+def test_an_oversized_session_gets_an_error(server, dev_dir):
+    audio = np.concatenate([clip(dev_dir, LONG)] * 2)  # 23 s, over wyoming.max_audio_s
+    reply = asyncio.run(transcribe(server.uri, audio))
+    assert reply.error is not None and reply.error.code == "audio-too-long"
+    assert "wyoming.max_audio_s" in reply.error.text
+    assert asyncio.run(transcribe(server.uri, clip(dev_dir, SHORT))).text and server.alive()
+
+
+def test_three_clients_while_the_microphone_pipeline_runs(tiny_bundle, dev_dir, dev_manifest, tmp_path):
+    """One engine for both front ends: a virtual ALSA microphone speaks JFK into the MQTT-side
+    pipeline (stdout here) while three Wyoming clients are served at the same time."""
+    from alsa_fixtures import VirtualMics
+
+    mics = VirtualMics(tmp_path / "alsa", ["fifomic"])
+    jfk, sr = sf.read(dev_dir / "audio" / "jfk_inaugural-1961.wav", dtype="int16")
+    feeder = mics.feed("fifomic", np.concatenate([np.zeros(sr, np.int16), jfk]), sr, 480)
+    server = start_server(tmp_path, tiny_bundle, {"input.source": "mic", "input.device": "fifomic",
+                                                  "input.samplerate": sr, "output.stdout": True}, env=mics.env)
+    names = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward"]
+
+    async def three() -> list[Reply]:
+        return await asyncio.gather(*(transcribe(server.uri, clip(dev_dir, n), realtime=True) for n in names))
+
+    try:
+        replies = asyncio.run(three())
+        time.sleep(3)  # JFK's last words and the hangover
+    finally:
+        out, err = stop_server(server)
+        feeder.stop()
+        mics.close()
+    references = {r["id"]: r["reference"] for r in dev_manifest}
+    for name, reply in zip(names, replies):
+        assert reply.error is None, (name, reply.error)
+        assert wer(references[name], reply.text) <= 0.25, (name, reply.text)
+    mic_text = " ".join(json.loads(line)["text"] for line in out.splitlines() if line.startswith("{"))
+    assert wer(references["jfk_inaugural-1961"], mic_text) <= 0.15, (mic_text, err[-2000:])
