@@ -16,6 +16,8 @@ from pathlib import Path
 from edgeasr.errors import MissingInputError, ModelError
 
 MANIFEST = "manifest.json"
+# sha256 sums already checked, by file size and mtime: a Pi need not hash 100 MB at every start
+VERIFIED = ".verified.json"
 # 2: per-layer decoder cache tensors, separate head and token table; 3: silence rows;
 # 4: per-layer outputs of the cross-attention K/V graph; 5: the step takes the whole
 # self-attention cache buffers and the cached length, so the host binds them once;
@@ -110,6 +112,30 @@ def file_entry(root: Path, name: str) -> dict:
     return {"path": name, "bytes": p.stat().st_size, "sha256": sha256_file(p)}
 
 
+def verify_files(root: Path, files: dict) -> None:
+    """Every file's sha256 against the manifest; sums checked before are trusted while the
+    file's size and mtime are unchanged (kept in VERIFIED when the bundle is writable)."""
+    cache_path = root / VERIFIED
+    try:
+        cached = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    verified = {}
+    for role, entry in files.items():
+        p = root / entry["path"]
+        st = p.stat()
+        stamp = [st.st_size, st.st_mtime_ns, entry["sha256"]]
+        if cached.get(entry["path"]) != stamp and sha256_file(p) != entry["sha256"]:
+            raise ModelError(f"{p}: its sha256 does not match manifest.json ({role}): the file is corrupt "
+                             "or was replaced; re-create the bundle with `edgeasr models import`")
+        verified[entry["path"]] = stamp
+    if verified != cached:
+        try:
+            cache_path.write_text(json.dumps(verified))
+        except OSError:
+            pass  # a read-only bundle is hashed at every start: slower, as safe
+
+
 def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
     root = Path(root)
     mpath = root / MANIFEST
@@ -132,8 +158,8 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
             raise ModelError(
                 f"{p}: {p.stat().st_size} bytes, the manifest says {entry['bytes']} (truncated or replaced)"
             )
-        if verify_checksums and sha256_file(p) != entry["sha256"]:
-            raise ModelError(f"{p}: sha256 does not match the manifest")
+    if verify_checksums:
+        verify_files(root, m["files"])
     try:
         model, tok = m["model"], m["tokens"]
         return Bundle(

@@ -396,6 +396,8 @@ def _check_inputs(cfg: Config) -> None:
     if cfg.input.source == "file":
         if cfg.input.path is None:
             raise ConfigError("input.path: required when input.source is file")
+        if cfg.input.path.is_dir():
+            raise MissingInputError(f"input.path: {cfg.input.path} is a directory, not an audio file")
         if not cfg.input.path.is_file():
             raise MissingInputError(f"input.path: {cfg.input.path} does not exist")
     if cfg.model.path is not None and not cfg.model.path.is_dir():

@@ -210,6 +210,8 @@ class Daemon:
             stats = pipeline.stats
             log.info("stopped: %d transcripts from %d segments (%d dropped, %d failed)", stats.transcripts,
                      stats.segments, pipeline.lane.dropped, stats.failures)
+            if pipeline.error is not None:
+                raise pipeline.error  # after everything read was transcribed and delivered
         return 0
 
     def _status(self, text: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from edgeasr.config import PipelineConfig
+from edgeasr.errors import EdgeAsrError
 from edgeasr.stages import SAMPLE_RATE, AudioSource, Publisher, SpeechSegment, Transcript, Transcription
 from edgeasr.worker import Job, Overflow, Worker
 
@@ -87,6 +88,7 @@ class Pipeline:
         self.lane = worker.lane("audio input", options.queue_s, Overflow.DROP_OLDEST if live else Overflow.BLOCK)
         self.stats = Stats()
         self.stop_event = threading.Event()
+        self.error: EdgeAsrError | None = None
         self._first_audio = threading.Event()
         self._ids: dict[int, str] = {}  # segment seq -> the utterance id its messages carry
         self._open_seq: int | None = None  # the segment being built, as last seen
@@ -104,7 +106,18 @@ class Pipeline:
         return self._first_audio.wait(timeout_s)
 
     def run(self) -> None:
-        """Capture until stopped or the input ends; every segment read is queued."""
+        """Capture until stopped or the input ends; every segment read is queued. An input that
+        fails (an unreadable file, a microphone gone for good) ends the capture: what was read
+        before is still queued, and the error is kept in `self.error` for the exit code."""
+        try:
+            self._capture()
+        except EdgeAsrError as exc:
+            self.error = exc
+            log.error("%s", exc)
+        for segment in self.segmenter.flush():  # the segment in progress is finished, not lost
+            self._enqueue(segment)
+
+    def _capture(self) -> None:
         while not self.stop_event.is_set():
             chunk = self.source.read(IDLE_POLL_S)
             self.progress("capture")
@@ -117,8 +130,6 @@ class Pipeline:
                 self._enqueue(segment)
             if self.live:
                 self._while_speaking()
-        for segment in self.segmenter.flush():  # the segment in progress is finished, not lost
-            self._enqueue(segment)
 
     # ------------------------------------------------------------------ capture thread
     def _utterance_id(self, seq: int) -> str:

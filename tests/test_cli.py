@@ -131,3 +131,90 @@ def test_daemon_missing_input_file_exits_66(tmp_path):
     proc = edgeasr("--input", str(tmp_path / "nope.wav"))
     assert proc.returncode == 66
     assert "nope.wav" in one_line_error(proc)
+
+
+def corrupted_copy(bundle: Path, tmp_path: Path, role: str = "encoder_int8") -> tuple[Path, Path]:
+    """A copy of the bundle whose `role` file has 4 KB of random bytes in the middle (same size)."""
+    import shutil
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    target = copy / manifest["files"][role]["path"]
+    data = bytearray(target.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = np.random.default_rng(0).bytes(4096)
+    target.write_bytes(bytes(data))
+    return copy, target
+
+
+def test_the_daemon_refuses_a_corrupt_graph_at_start(tiny_bundle, dev_dir, tmp_path):
+    copy, target = corrupted_copy(tiny_bundle, tmp_path)
+    proc = edgeasr("--input", str(dev_dir / "audio" / "cmu_goforward.wav"), "--set", f"model.path={copy}")
+    assert proc.returncode == 65
+    line = one_line_error(proc)
+    assert str(target) in line and "sha256 does not match" in line
+
+
+def test_a_graph_onnxruntime_cannot_load_is_named(tiny_bundle, dev_dir, tmp_path):
+    """Truncated, with the manifest edited to match: the file is right by the manifest, and
+    onnxruntime's failure to load it still becomes one line naming it, exit 65."""
+    import hashlib
+
+    copy, target = corrupted_copy(tiny_bundle, tmp_path)
+    target.write_bytes(target.read_bytes()[: 100_000])
+    manifest = json.loads((copy / "manifest.json").read_text())
+    entry = next(e for e in manifest["files"].values() if copy / e["path"] == target)
+    entry.update(bytes=target.stat().st_size, sha256=hashlib.sha256(target.read_bytes()).hexdigest())
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    proc = edgeasr("--input", str(dev_dir / "audio" / "cmu_goforward.wav"), "--set", f"model.path={copy}")
+    assert proc.returncode == 65
+    line = one_line_error(proc)
+    assert str(target) in line and "onnxruntime cannot load" in line
+
+
+def test_verified_sums_are_reused_until_a_file_changes(tiny_bundle, tmp_path):
+    import shutil
+
+    from edgeasr.bundle import VERIFIED, load_bundle
+    from edgeasr.errors import ModelError
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle, copy, ignore=shutil.ignore_patterns(VERIFIED))
+    load_bundle(copy, verify_checksums=True)
+    stamps = json.loads((copy / VERIFIED).read_text())
+    assert set(stamps) == {e["path"] for e in json.loads((copy / "manifest.json").read_text())["files"].values()}
+    tokenizer = copy / "tokenizer.json"
+    text = tokenizer.read_text()
+    tokenizer.write_text(text.replace("endoftext", "endoftexT", 1))  # same size, new mtime
+    with pytest.raises(ModelError, match="tokenizer.json: its sha256 does not match"):
+        load_bundle(copy, verify_checksums=True)
+
+
+def test_daemon_input_that_is_a_directory_is_named_as_one(tmp_path):
+    proc = edgeasr("--input", str(tmp_path))
+    assert proc.returncode == 66
+    assert one_line_error(proc) == f"edgeasr: input.path: {tmp_path} is a directory, not an audio file"
+
+
+def test_daemon_on_digital_silence_exits_65(tiny_bundle, tmp_path):
+    silent = tmp_path / "zeros.wav"
+    sf.write(silent, np.zeros(3 * 16000, np.int16), 16000)
+    proc = edgeasr("--input", str(silent), "--set", f"model.path={tiny_bundle}")
+    assert proc.returncode == 65 and proc.stdout.decode() == ""
+    assert "zeros.wav is digital silence" in one_line_error(proc)
+
+
+def test_a_truncated_wav_is_transcribed_with_a_warning(tiny_bundle, dev_dir, tmp_path):
+    """The header promises more than the file holds: what is there is transcribed (nothing
+    captured is thrown away), and the log says the file is cut short, in both the daemon and
+    `transcribe`."""
+    data = (dev_dir / "audio" / "jfk_inaugural-1961.wav").read_bytes()
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    for args in (["--input", str(cut), "--set", f"model.path={tiny_bundle}"],
+                 ["transcribe", "--model", str(tiny_bundle), str(cut)]):
+        proc = edgeasr(*args)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert "cut.wav is truncated: its header promises" in proc.stderr.decode()
+        assert "fellow americans" in proc.stdout.decode().lower()

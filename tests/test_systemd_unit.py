@@ -128,8 +128,9 @@ def test_unit_has_what_the_daemon_needs():
     assert s["DevicePolicy"] == ["closed"]
     assert sorted(s["DeviceAllow"]) == ["/dev/hailo0 rw", "char-alsa rw"]
     assert "hailort.service" in " ".join(s["After"]).split()
-    assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
+    assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
     assert s["ExecStart"] == ["/usr/bin/edgeasr --config /etc/edgeasr/edgeasr.yaml"]
+    assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
 
 # --- the unit's system call filter, applied with libseccomp ---------------------------

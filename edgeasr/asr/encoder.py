@@ -15,7 +15,7 @@ import numpy as np
 
 from edgeasr.bundle import Bundle
 from edgeasr.config import EncoderConfig
-from edgeasr.errors import ConfigError, DeviceError
+from edgeasr.errors import ConfigError, DeviceError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,15 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
         opts.add_session_config_entry("session.intra_op.spin_duration_us", str(spin_after_run_us))
     else:
         opts.add_session_config_entry("session.force_spinning_stop", "1")
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    try:
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except (state.Fail, state.InvalidGraph, state.InvalidProtobuf, state.NoSuchFile, state.EngineError,
+            RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{path}: onnxruntime cannot load this graph ({first}); re-create the bundle "
+                         "with `edgeasr models import`") from exc
 
 
 class OnnxEncoder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import BinaryIO
 
 import numpy as np
@@ -50,12 +51,28 @@ def _decode(file: BinaryIO, name: str) -> tuple[np.ndarray, int]:
     if os.fstat(file.fileno()).st_size == 0:
         raise AudioError(f"audio file {name} holds no audio: the file is empty")
     try:
-        audio, rate = sf.read(file, dtype="float32", always_2d=True)
+        with sf.SoundFile(file) as sound:
+            audio = sound.read(dtype="float32", always_2d=True)
+            rate = sound.samplerate
+            warn_if_truncated(sound, name)
     except (sf.SoundFileError, RuntimeError) as e:
         # libsndfile's own reason, e.g. "Format not recognised."
         reason = getattr(e, "error_string", None) or str(e) or type(e).__name__
         raise AudioError(f"audio file {name} cannot be decoded: {reason}") from None
     return audio, rate
+
+
+_TRUNCATED = re.compile(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
+
+
+def warn_if_truncated(sound: sf.SoundFile, name: str) -> None:
+    """A file whose header promises more audio than it holds (a copy cut short, a recorder
+    killed): libsndfile reads what is there and notes the difference in its log."""
+    match = _TRUNCATED.search(sound.extra_info)
+    if match and int(match.group(2)) < int(match.group(1)):
+        promised, held = int(match.group(1)), int(match.group(2))
+        log.warning("audio file %s is truncated: its header promises %d bytes of audio, it holds %d "
+                    "(%.0f%%); transcribing what is there", name, promised, held, 100 * held / promised)
 
 
 def _check_content(audio: np.ndarray, name: str) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from edgeasr.audio.files import warn_if_truncated
 from edgeasr.errors import AudioError, MissingInputError
 from edgeasr.stages import SAMPLE_RATE, AudioChunk
 
@@ -49,6 +50,8 @@ class FileSource:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise MissingInputError(f"{self.path}: is a directory, not an audio file")
         if not self.path.is_file():
             raise MissingInputError(f"{self.path}: no such audio file")
         try:
@@ -70,6 +73,7 @@ class FileSource:
         self._produced = 0  # output samples decoded so far
         self._pending: np.ndarray | None = None  # decoded, not yet delivered
         self._eof = False
+        self._heard = False  # a sample that is not zero was read
 
     @property
     def ended(self) -> bool:
@@ -104,14 +108,21 @@ class FileSource:
             mono = data.mean(axis=1) if self.channels > 1 else data[:, 0]
             if self._resampler is not None:
                 mono = self._resampler.resample_chunk(mono, last=last)
+            self._heard = self._heard or bool(np.any(mono))
             if last:
-                self._eof = True
-                self._file.close()
+                self._finish()
             if len(mono):
                 out = to_int16(mono)
                 self._produced += len(out)
                 return out
         return None
+
+    def _finish(self) -> None:
+        self._eof = True
+        warn_if_truncated(self._file, str(self.path))
+        self._file.close()
+        if not self._heard:
+            raise AudioError(f"audio file {self.path} is digital silence: every sample is zero")
 
     def close(self) -> None:
         self._eof = True

@@ -1,0 +1,58 @@
+"""SIGHUP, in process: the daemon gets its collaborators from outside, so fakes do here."""
+
+from __future__ import annotations
+
+import logging
+import types
+from pathlib import Path
+
+from edgeasr.config import load_config
+from edgeasr.daemon import Daemon, Outputs
+
+
+def daemon_for(path: Path) -> Daemon:
+    cfg = load_config(path)
+    engine = types.SimpleNamespace(options=None, gates=None, on_gate_fail=None)
+    pipeline = types.SimpleNamespace(log_transcripts=cfg.log.transcripts)
+    return Daemon(cfg, engine=engine, worker=None, pipeline=pipeline, server=None, outputs=Outputs([]),
+                  notifier=None, progress=None, model="m", backend="onnx",
+                  reload_config=lambda: load_config(path))
+
+
+def reload(daemon: Daemon, caplog) -> list[str]:
+    caplog.clear()
+    daemon.reload()
+    return [r.getMessage() for r in caplog.records if r.name == "edgeasr.daemon"]
+
+
+def test_reload_compares_with_what_runs(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="edgeasr.daemon")
+    path = tmp_path / "edgeasr.yaml"
+    path.write_text("decoder:\n  preset: balanced\n  threads: 2\nlog:\n  transcripts: false\n")
+    daemon = daemon_for(path)
+    try:
+        path.write_text("decoder:\n  preset: conservative\n  threads: 1\nlog:\n  transcripts: true\n")
+        assert reload(daemon, caplog) == ["SIGHUP: applied log.transcripts, decoder.preset",
+                                          "SIGHUP: restart to apply decoder.threads"]
+        assert daemon.cfg.decoder.preset == "conservative" and daemon.cfg.decoder.threads == 2
+        assert daemon.engine.options.repetition_penalty == 1.3 and daemon.pipeline.log_transcripts
+        # the same file again: nothing new applies, the restart is still owed
+        assert reload(daemon, caplog) == ["SIGHUP: applied nothing new",
+                                          "SIGHUP: restart to apply decoder.threads"]
+        # back to the start: the revert applies, and no restart is owed any more
+        path.write_text("decoder:\n  preset: balanced\n  threads: 2\nlog:\n  transcripts: false\n")
+        assert reload(daemon, caplog) == ["SIGHUP: applied log.transcripts, decoder.preset"]
+        assert daemon.engine.options.repetition_penalty == 1.1 and not daemon.pipeline.log_transcripts
+    finally:
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+def test_a_broken_file_keeps_the_running_configuration(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="edgeasr.daemon")
+    path = tmp_path / "edgeasr.yaml"
+    path.write_text("decoder:\n  preset: aggressive\n")
+    daemon = daemon_for(path)
+    path.write_text("decoder:\n  preset: [not, a, preset]\n")
+    messages = reload(daemon, caplog)
+    assert len(messages) == 1 and messages[0].startswith("SIGHUP: keeping the running configuration: decoder.preset")
+    assert daemon.cfg.decoder.preset == "aggressive"
