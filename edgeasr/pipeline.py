@@ -97,6 +97,10 @@ class Pipeline:
         self._partial_due = 0.0
         self._speculation: _Speculation | None = None  # set by the capture thread, run by jobs
         self._carry: tuple[np.ndarray, SpeechSegment] | None = None  # worker thread only
+        # the open segment's log-mel, computed on this thread as its audio arrives, so that a
+        # partial job does not compute it again on the worker's
+        self._features = worker.engine.feature_stream() if live and options.partial_interval_ms else None
+        self._fed = 0  # samples of the open segment pushed into _features
 
     # ------------------------------------------------------------------ lifecycle
     def request_stop(self) -> None:
@@ -168,12 +172,16 @@ class Pipeline:
         if (after is not None and speculation is None and open_segment.speech_frames
                 and open_segment.silence_ms >= after):
             self._speculate(open_segment)
+        if self._features is not None:
+            self._features.push(open_segment.samples[self._fed :].astype(np.float32) / INT16_SCALE)
+            self._fed = len(open_segment.samples)
         interval = self.options.partial_interval_ms
         now = self.clock()
         if interval and now >= self._partial_due and open_segment.silence_ms == 0:
             self._partial_due = now + interval / 1000
             snapshot = open_segment
-            self.lane.offer_partial(Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot),
+            mel = self._features.window() if self._features is not None else None
+            self.lane.offer_partial(Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot, mel),
                                         len(snapshot.samples) / SAMPLE_RATE, partial=True))
 
     def _track(self, open_segment: Any) -> None:
@@ -183,6 +191,9 @@ class Pipeline:
         if seq is not None and seq != self._open_seq:
             self._utterance_id(seq)
             self._partial_due = self.clock() + (self.options.partial_interval_ms or 0) / 1000
+            if self._features is not None:
+                self._features.reset()
+                self._fed = 0
         dropped = self.segmenter.counters.dropped_short
         if dropped != self._dropped_short and self._open_seq is not None:
             self._ids.pop(self._open_seq, None)
@@ -260,12 +271,15 @@ class Pipeline:
         self._publish(segment, result, busy, partial=False)
         self.status("listening")
 
-    def _partial(self, engine: Any, should_stop: Callable[[], bool], open_segment: Any) -> None:
+    def _partial(self, engine: Any, should_stop: Callable[[], bool], open_segment: Any,
+                 mel: np.ndarray | None) -> None:
         if open_segment.seq <= self._last_final_seq:
             return  # its segment was closed meanwhile: the final says it all
         t0 = time.monotonic()
         audio = self._with_carry(open_segment.samples, open_segment.start_sample)
-        result = engine.transcribe(audio, final=True, should_stop=should_stop)
+        if len(audio) != len(open_segment.samples):
+            mel = None  # a carried tail goes first: the features computed are not this audio's
+        result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel)
         n = len(open_segment.samples)
         segment = SpeechSegment(samples=open_segment.samples, start_sample=open_segment.start_sample,
                                 end_sample=open_segment.start_sample + n,

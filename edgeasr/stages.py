@@ -119,14 +119,29 @@ class SpeechDetector(Protocol):
     def is_speech(self, frame: np.ndarray) -> bool: ...
 
 
+class FeatureStream(Protocol):
+    """The engine's features computed while audio arrives (asr.features.MelStream)."""
+
+    def push(self, samples: np.ndarray) -> None: ...
+
+    def window(self, start_sample: int = 0) -> np.ndarray: ...
+
+    def reset(self) -> None: ...
+
+
 class Engine(Protocol):
     """Speech -> text (edgeasr.asr.transcriber.Transcriber)."""
 
-    def transcribe(self, audio: np.ndarray, *, final: bool = True,
-                   should_stop: Callable[[], bool] | None = None) -> Transcription:
+    def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
+                   should_stop: Callable[[], bool] | None = None,
+                   features: np.ndarray | None = None) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
         the unconsumed tail (after the last complete timestamp) is left for the next call.
-        should_stop() is asked between decoded tokens; yes raises errors.Cancelled."""
+        should_stop() is asked between decoded tokens; yes raises errors.Cancelled.
+        features: the audio's log-mel from feature_stream(), when it fits one window."""
+
+    def feature_stream(self) -> FeatureStream:
+        """A stream that computes the features of one window while its audio arrives."""
 
 
 class Publisher(Protocol):

@@ -22,9 +22,17 @@ class RecordingEngine:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, bool]] = []  # (samples, final)
+        self.features: list = []  # what each call was given
 
-    def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None) -> Transcription:
+    def feature_stream(self):
+        from edgeasr.asr.features import MelSpec, MelStream
+
+        return MelStream(MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100)))
+
+    def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None,
+                   features=None) -> Transcription:
         self.calls.append((len(audio), final))
+        self.features.append(features)
         seconds = len(audio) / SAMPLE_RATE
         segment = TextSegment(start=0.0, end=seconds, text=f" {seconds:.2f} s", tokens=(1,), avg_logprob=-0.1,
                               no_speech_prob=0.0, compression_ratio=1.0)
@@ -101,6 +109,35 @@ def test_partial_results_carry_the_id_of_their_final_transcript(tmp_path):
         mine = [i for i, t in enumerate(publisher.transcripts) if t.id == final.id]
         assert publisher.transcripts[mine[-1]] is final
     assert pipeline.stats.partials == len(partials)
+
+
+def test_partial_jobs_get_the_features_computed_while_the_audio_arrived(tmp_path):
+    """The log-mel the capture thread built as the segment grew equals the log-mel of the
+    audio a partial job decodes."""
+    from edgeasr.asr.features import MelSpec, log_mel
+
+    clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
+    silence = np.zeros(SAMPLE_RATE, np.int16)
+    sf.write(tmp_path / "in.wav", np.concatenate([silence, clip, silence]), SAMPLE_RATE)
+    engine, calls = RecordingEngine(), []
+    original = engine.transcribe
+
+    def transcribe(audio, **kwargs):
+        calls.append((np.array(audio), kwargs.get("features")))
+        return original(audio, **kwargs)
+
+    engine.transcribe = transcribe
+    source = StreamTime(FileSource(tmp_path / "in.wav", realtime=False, block_ms=30))
+    worker = Worker(engine).start()
+    Pipeline(source, Segmenter(VadOptions(), WINDOW_S, StreamClock()), worker, [ListPublisher()],
+             PipelineConfig(partial_interval_ms=500, speculate_after_ms=None), live=True,
+             clock=lambda: source.seconds).run()
+    assert worker.stop(30)
+    with_features = [(audio, mel) for audio, mel in calls if mel is not None]
+    assert with_features
+    spec = MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100))
+    for audio, mel in with_features:
+        np.testing.assert_allclose(mel, log_mel(audio, spec), atol=1e-5)
 
 
 def test_a_pause_long_enough_is_decoded_before_the_hangover_ends(tmp_path):

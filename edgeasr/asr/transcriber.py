@@ -20,7 +20,7 @@ import numpy as np
 
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, preset_options
 from edgeasr.asr.encoder import Encoder
-from edgeasr.asr.features import MelSpec, log_mel, silence_level
+from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.bundle import Bundle
@@ -99,12 +99,17 @@ class Transcriber:
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
 
+    def feature_stream(self) -> MelStream:
+        return MelStream(self.spec)
+
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> Transcription:
+                   should_stop: Callable[[], bool] | None = None,
+                   features: np.ndarray | None = None) -> Transcription:
         """audio: float32 mono at the bundle's rate. final=False: speech goes on after it; the
         tail after the last complete timestamp is left unconsumed. language: this request's
         (multilingual bundles), else model.language's. should_stop() is asked between decoded
-        tokens; when it says yes, errors.Cancelled is raised."""
+        tokens; when it says yes, errors.Cancelled is raised. features: the log-mel of `audio`
+        computed while it arrived (feature_stream()), used when it fits one window."""
         options = self.options
         if language is not None and self.bundle.multilingual:
             options = replace(options, language=language)
@@ -123,7 +128,8 @@ class Transcriber:
                 if cut is not None and cut >= MIN_ADVANCE_S * sr:
                     chunk, complete = chunk[:cut], True
             t0 = time.monotonic()
-            mel = log_mel(chunk, self.spec)
+            whole = seek == 0 and len(chunk) == len(audio)
+            mel = features if features is not None and whole else log_mel(chunk, self.spec)
             t1 = time.monotonic()
             features = self.encoder.encode(mel)
             t2 = time.monotonic()
