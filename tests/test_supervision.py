@@ -20,6 +20,7 @@ from edgeasr.asr.supervision import (
     RECOVERING,
     EncoderFailedError,
     SupervisedEncoder,
+    encoder_health,
 )
 from edgeasr.errors import ConfigError, DeviceError, ModelError
 
@@ -74,6 +75,7 @@ def test_a_transient_failure_is_retried_on_a_reopened_device():
     h = enc.health()
     assert (h.state, h.consecutive_failures, h.failures, h.reopens) == (OK, 0, 1, 1)
     assert "HAILO_TIMEOUT" in h.last_error and chip.opens == 2 and t.sleeps == [0.5]
+    assert encoder_health(enc) is h and encoder_health(FakeEncoder(chip)).state == OK  # unsupervised: ok
 
 
 def test_a_window_that_fails_again_is_lost_and_the_next_one_reopens():

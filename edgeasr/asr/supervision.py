@@ -64,6 +64,13 @@ class DeviceHealth:
         return self.state == FAILED
 
 
+def encoder_health(encoder: object) -> DeviceHealth:
+    """The health of any encoder: a SupervisedEncoder's own, `ok` for one without supervision
+    (what the daemon's watchdog asks, whatever build_engine gave it)."""
+    health = getattr(encoder, "health", None)
+    return health() if callable(health) else DeviceHealth()
+
+
 class SupervisedEncoder:
     """An Encoder (backend, encode, close) that reopens its device after failures; health()
     says how it goes. `open_encoder` builds the real encoder (opening the device); it is
