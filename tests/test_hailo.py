@@ -341,3 +341,21 @@ def test_standin_faults_follow_hailort(standin, hailo_bundle, clip_mel):
             run(after)
         assert json.loads(standin.control_file.read_text()) == {"latency_ms": 60_000, "for_frames": 0}
         assert np.array_equal(run(after), healthy)
+
+
+def test_status_names_across_hailort_versions():
+    """status_name reads pyhailort's classes whose text names no status, in 4.18-4.23."""
+    from edgeasr.asr.hailo_errors import DEVICE_GONE, status_name
+
+    class HailoRTPCIeDriverException(Exception):  # 4.18/4.19: status 36 was HAILO_DRIVER_FAIL
+        pass
+
+    class HailoRTDriverOperationFailedException(Exception):  # 4.20+: HAILO_DRIVER_OPERATION_FAILED
+        pass
+
+    old = HailoRTPCIeDriverException("PCIe driver failure. run 'dmesg | grep hailo' for more information")
+    new = HailoRTDriverOperationFailedException("Failure in hailort driver ioctl.")
+    assert {status_name(old), status_name(new)} <= DEVICE_GONE
+    assert status_name(RuntimeError("libhailort failed with error: 74 (HAILO_OUT_OF_PHYSICAL_DEVICES)")) == (
+        "HAILO_OUT_OF_PHYSICAL_DEVICES")
+    assert status_name(RuntimeError("no status here")) is None

@@ -33,10 +33,11 @@ SERVICE_MISMATCH = {"HAILO_INVALID_SERVICE_VERSION"}
 # The device went away under an open VDevice. When the PCIe device is removed (or reset),
 # the hailo driver answers every ioctl on the open file with ENODEV
 # (hailort-drivers v4.23.0 linux/pcie/src/fops.c), which libhailort reports as
-# HAILO_DRIVER_OPERATION_FAILED (36; driver_os_specific.cpp convert_errno_to_hailo_status);
-# a hung chip gives HAILO_DRIVER_TIMEOUT (87, "device reset may be required"); aborted
-# transfers HAILO_STREAM_ABORT (63).
-DEVICE_GONE = {"HAILO_DRIVER_OPERATION_FAILED", "HAILO_DRIVER_TIMEOUT", "HAILO_STREAM_ABORT"}
+# HAILO_DRIVER_OPERATION_FAILED (36; driver_os_specific.cpp convert_errno_to_hailo_status;
+# named HAILO_DRIVER_FAIL up to 4.19); a hung chip gives HAILO_DRIVER_TIMEOUT (87, "device
+# reset may be required"); aborted transfers HAILO_STREAM_ABORT (63).
+DEVICE_GONE = {"HAILO_DRIVER_OPERATION_FAILED", "HAILO_DRIVER_FAIL", "HAILO_DRIVER_TIMEOUT",
+               "HAILO_STREAM_ABORT"}
 SERVICE_GONE = {"HAILO_COMMUNICATION_CLOSED"}  # hailort.service went away (multi-process)
 # fmt: on
 
@@ -48,6 +49,7 @@ CLASS_STATUS = {
     "HailoRTNetworkGroupNotActivatedException": "HAILO_NETWORK_GROUP_NOT_ACTIVATED",
     "HailoCommunicationClosedException": "HAILO_COMMUNICATION_CLOSED",
     "HailoRTDriverOperationFailedException": "HAILO_DRIVER_OPERATION_FAILED",
+    "HailoRTPCIeDriverException": "HAILO_DRIVER_FAIL",  # 4.18/4.19's class for status 36
     "HailoRTStreamAborted": "HAILO_STREAM_ABORT",
 }
 
