@@ -150,6 +150,8 @@ class EncoderConfig:
     timeout_ms: int = opt(2000, AT_LEAST_1)
     scheduler: str = opt("round_robin", OneOf(("round_robin", "none")))
     service_group: str | None = opt(None)
+    max_failures: int = opt(5, AT_LEAST_1)
+    reopen_timeout_s: float = opt(8.0, Range(0, 60))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Fixtures for the Hailo tests: the HailoRT stand-in on sys.path, and writable bundle copies.
 
-`standin` puts tests/hailo_standin first on sys.path for one test, points its device locks at
-the test's tmp_path, and forgets every hailo_platform module afterwards (and whenever the
-simulated HailoRT version changes), so the next import sees the environment afresh.
+`standin` puts tests/hailo_standin first on sys.path for one test, points its device locks and
+its control file (faults injected while running: `standin.control(...)`) at the test's
+tmp_path, and forgets every hailo_platform module afterwards (and whenever the simulated
+HailoRT version changes), so the next import sees the environment afresh.
+`FakeTime` is a clock for SupervisedEncoder's backoff that moves only when slept on.
 `hailo_bundle` is the session's tiny.en bundle as a private directory: symlinks to its graphs,
 its own manifest.json (compile-hef and the stand-in HEF writer edit it).
 """
@@ -26,14 +28,16 @@ ENV_KNOBS = (
     "HAILO_STANDIN_DRIVER_VERSION",
     "HAILO_STANDIN_VERSION",
     "HAILO_STANDIN_LIB_VERSION",
+    "HAILO_STANDIN_CONTROL",
 )
+STANDIN_MODULES = ("standin_hef", "standin_control")
 
 
 def forget_standin() -> None:
     for name in [
         m
         for m in sys.modules
-        if m == "hailo_platform" or m.startswith("hailo_platform.") or m == "standin_hef"
+        if m == "hailo_platform" or m.startswith("hailo_platform.") or m in STANDIN_MODULES
     ]:
         del sys.modules[name]
 
@@ -41,8 +45,8 @@ def forget_standin() -> None:
 class Standin:
     """The simulated system; set() changes it (takes effect at the next hailo_platform import)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, lock_dir: Path) -> None:
-        self.monkeypatch, self.lock_dir = monkeypatch, lock_dir
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, lock_dir: Path, control_file: Path) -> None:
+        self.monkeypatch, self.lock_dir, self.control_file = monkeypatch, lock_dir, control_file
 
     def set(self, **knobs: str | None) -> None:
         for key, value in knobs.items():
@@ -53,6 +57,13 @@ class Standin:
             else:
                 self.monkeypatch.setenv(name, value)
         forget_standin()
+
+    def control(self, **settings: object) -> None:
+        """Change the running chip (every process sharing this stand-in sees it at its next
+        scan, open or inference): latency_ms, for_frames, lost; nothing = healthy."""
+        from standin_control import write_control
+
+        write_control(self.control_file, **settings)
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess that shares this simulated system."""
@@ -72,10 +83,12 @@ def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Standin
         monkeypatch.delenv(name, raising=False)
     lock_dir = tmp_path / "hailo-locks"
     monkeypatch.setenv("HAILO_STANDIN_LOCK_DIR", str(lock_dir))
+    control_file = tmp_path / "hailo-control.json"
+    monkeypatch.setenv("HAILO_STANDIN_CONTROL", str(control_file))
     monkeypatch.setenv("HAILO_STANDIN_DEVICES", "hailo8")
     monkeypatch.syspath_prepend(str(STANDIN_DIR))
     forget_standin()
-    yield Standin(monkeypatch, lock_dir)
+    yield Standin(monkeypatch, lock_dir, control_file)
     forget_standin()
 
 
@@ -90,3 +103,20 @@ def hailo_bundle(tiny_bundle: Path, tmp_path: Path) -> Path:
         elif f.is_file():
             (out / f.name).symlink_to(f.resolve())
     return out
+
+
+class FakeTime:
+    """A clock that only moves when slept on; hooks run after the n-th sleep (1-based)."""
+
+    def __init__(self) -> None:
+        self.now, self.sleeps, self.hooks = 0.0, [], {}
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        hook = self.hooks.get(len(self.sleeps))
+        if hook is not None:
+            hook()

@@ -295,3 +295,67 @@ def test_standin_follows_hailort(standin, hailo_bundle, clip_mel, reference):
     with hp.VDevice() as vdevice, pytest.raises(HailoRTHEFNotCompatibleWithDevice) as wrong:
         vdevice.create_infer_model(str(hef_path)).configure()
     assert wrong.value.__cause__.args == ("93",)
+
+
+def test_standin_faults_follow_hailort(standin, hailo_bundle, clip_mel):
+    """Faults injected through the control file, as HailoRT 4.23 shows them (standin_control.py):
+    a lost device empties the scan, refuses new VDevices (74) and fails every call on an open
+    one (36, the driver's ENODEV) even once it is back; a stall is HAILO_TIMEOUT for as many
+    frames as asked."""
+    import json
+
+    import hailo_platform as hp
+    from hailo_platform.pyhailort.pyhailort import HailoRTDriverOperationFailedException, HailoRTTimeout
+
+    hef = str(standin.write_hef(hailo_bundle))
+    params = hp.VDevice.create_params()
+    params.scheduling_algorithm = hp.HailoSchedulingAlgorithm.ROUND_ROBIN
+
+    def run(vdevice) -> np.ndarray:
+        model = vdevice.create_infer_model(hef)
+        model.input().set_format_type(hp.FormatType.FLOAT32)
+        model.output().set_format_type(hp.FormatType.FLOAT32)
+        configured = model.configure()
+        out = np.zeros(model.output().shape, np.float32)
+        bindings = configured.create_bindings(output_buffers={model.output().name: out})
+        bindings.input().set_buffer(np.ascontiguousarray(clip_mel.reshape(model.input().shape)))
+        configured.run([bindings], 2000)
+        return out
+
+    with hp.VDevice(params) as before:
+        healthy = run(before)
+        standin.control(lost=True)
+        assert hp.Device.scan() == []
+        with pytest.raises(hp.HailoRTException, match=r"74 \(HAILO_OUT_OF_PHYSICAL_DEVICES\)"):
+            hp.VDevice(params)
+        with pytest.raises(HailoRTDriverOperationFailedException) as gone:
+            run(before)
+        assert gone.value.__cause__.args == ("36",)
+        standin.control()  # back on the bus: a new board, the old handle stays dead
+        with pytest.raises(HailoRTDriverOperationFailedException):
+            run(before)
+    with hp.VDevice(params) as after:
+        assert np.array_equal(run(after), healthy)
+        standin.control(latency_ms=60_000, for_frames=1)
+        with pytest.raises(HailoRTTimeout):
+            run(after)
+        assert json.loads(standin.control_file.read_text()) == {"latency_ms": 60_000, "for_frames": 0}
+        assert np.array_equal(run(after), healthy)
+
+
+def test_status_names_across_hailort_versions():
+    """status_name reads pyhailort's classes whose text names no status, in 4.18-4.23."""
+    from edgeasr.asr.hailo_errors import DEVICE_GONE, status_name
+
+    class HailoRTPCIeDriverException(Exception):  # 4.18/4.19: status 36 was HAILO_DRIVER_FAIL
+        pass
+
+    class HailoRTDriverOperationFailedException(Exception):  # 4.20+: HAILO_DRIVER_OPERATION_FAILED
+        pass
+
+    old = HailoRTPCIeDriverException("PCIe driver failure. run 'dmesg | grep hailo' for more information")
+    new = HailoRTDriverOperationFailedException("Failure in hailort driver ioctl.")
+    assert {status_name(old), status_name(new)} <= DEVICE_GONE
+    assert status_name(RuntimeError("libhailort failed with error: 74 (HAILO_OUT_OF_PHYSICAL_DEVICES)")) == (
+        "HAILO_OUT_OF_PHYSICAL_DEVICES")
+    assert status_name(RuntimeError("no status here")) is None

@@ -2,17 +2,21 @@
 
 The backend is chosen by a pure function of the request and what is present, so the
 choice can be tested without either runtime; `edgeasr.asr.hailo` is imported only when
-the hailo backend is chosen.
+the hailo backend is chosen. Either backend comes wrapped in a SupervisedEncoder
+(edgeasr.asr.supervision), which reopens the device after failures and reports its health.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from edgeasr.asr.supervision import SupervisedEncoder
 from edgeasr.bundle import Bundle
 from edgeasr.config import EncoderConfig
 from edgeasr.errors import ConfigError, DeviceError, ModelError
@@ -98,8 +102,16 @@ class OnnxEncoder:
         self.session = None
 
 
-def create_encoder(bundle: Bundle, options: EncoderConfig) -> Encoder:
-    """The encoder the `encoder:` config section asks for (backend auto: the NPU when present)."""
+def create_encoder(
+    bundle: Bundle,
+    options: EncoderConfig,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SupervisedEncoder:
+    """The encoder the `encoder:` config section asks for (backend auto: the NPU when present),
+    opened, inside a SupervisedEncoder that reopens its device after failures (clock and sleep:
+    for its backoff, injectable in tests). The one place the backend is chosen."""
     from importlib.util import find_spec
 
     hef = options.hef or (bundle.path("encoder_hef") if bundle.has("encoder_hef") else None)
@@ -111,10 +123,16 @@ def create_encoder(bundle: Bundle, options: EncoderConfig) -> Encoder:
     chosen = choose_backend(options.backend, hailo_present=hailo_present,
                             hef_present=hef is not None and hef.is_file())
     log.info("encoder backend: %s (requested %s)", chosen, options.backend)
+    open_encoder: Callable[[], Encoder]
     if chosen == "hailo":
         if hef is None or not hef.is_file():
             raise DeviceError(f"encoder.hef: no compiled HEF at {hef} (run `edgeasr models compile-hef`)")
         from edgeasr.asr.hailo import HailoEncoder
 
-        return HailoEncoder(hef, bundle, options.timeout_ms, options.scheduler, options.service_group)
-    return OnnxEncoder(bundle, options.precision, options.threads)
+        def open_encoder() -> Encoder:
+            return HailoEncoder(hef, bundle, options.timeout_ms, options.scheduler, options.service_group)
+    else:
+        def open_encoder() -> Encoder:
+            return OnnxEncoder(bundle, options.precision, options.threads)
+    return SupervisedEncoder(open_encoder, max_failures=options.max_failures,
+                             reopen_timeout_s=options.reopen_timeout_s, clock=clock, sleep=sleep)

@@ -13,23 +13,31 @@ pyhailort/pyhailort.py); the InferModel calls are those of Hailo's own Whisper a
 - With the scheduler (ROUND_ROBIN, needed to share the chip) nothing is activated; with
   scheduling NONE the configured model is activated once and stays active.
 
-HailoRT failures arrive as HailoRTException subclasses (pyhailort's ExceptionWrapper) named
-for their status or naming it in their text; they become one-line DeviceError/ModelError
-messages here, where the context (HEF, device, config key) is known.
+HailoRT failures become one-line DeviceError/ModelError messages (edgeasr.asr.hailo_errors),
+where the context (HEF, device, config key) is known.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from edgeasr.asr.hailo_errors import (
+    CONFIGURING,
+    WRONG_CHIP,
+    Context,
+    NpuTimeoutError,
+    status_name,
+    tag,
+    translate,
+)
 from edgeasr.bundle import Bundle
 from edgeasr.errors import (
     ConfigError,
@@ -40,66 +48,13 @@ from edgeasr.errors import (
     ToolMissingError,
 )
 
+__all__ = ["HailoEncoder", "NpuTimeoutError", "check_vstreams", "hailo_available", "hef_vstreams",
+           "status_name"]
+
 log = logging.getLogger(__name__)
 
 SCHEDULERS = ("round_robin", "none")
 DEV_GLOB = "hailo[0-9]*"  # /dev/hailo0, ... created by the hailo PCIe driver
-
-# HailoRT status names (hailort/libhailort/include/hailo/hailort.h) by what they mean here.
-# fmt: off
-_TIMEOUT = {"HAILO_TIMEOUT"}
-_WRONG_CHIP = {"HAILO_INVALID_HEF", "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE"}  # 26 up to 4.20, 93 from 4.21
-_BAD_HEF = {"HAILO_INVALID_HEF", "HAILO_HEF_NOT_SUPPORTED", "HAILO_HEF_FILE_CORRUPTED",
-            "HAILO_OPEN_FILE_FAILURE"}
-_BUSY = {"HAILO_OUT_OF_PHYSICAL_DEVICES", "HAILO_DEVICE_IN_USE"}
-_DRIVER_MISMATCH = {"HAILO_INVALID_DRIVER_VERSION", "HAILO_DRIVER_INVALID_RESPONSE",
-                    "HAILO_DRIVER_INVALID_IOCTL"}
-_NO_DRIVER = {"HAILO_DRIVER_NOT_INSTALLED", "HAILO_PCIE_DRIVER_NOT_INSTALLED"}
-_NO_SERVICE = {"HAILO_RPC_FAILED", "HAILO_CONNECTION_REFUSED"}
-_SERVICE_MISMATCH = {"HAILO_INVALID_SERVICE_VERSION"}
-# fmt: on
-# Exception classes of pyhailort.py that stand for one status (their text does not name it).
-_CLASS_STATUS = {
-    "HailoRTTimeout": "HAILO_TIMEOUT",
-    "HailoRTInvalidHEFException": "HAILO_INVALID_HEF",
-    "HailoRTHEFNotCompatibleWithDevice": "HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE",
-    "HailoRTNetworkGroupNotActivatedException": "HAILO_NETWORK_GROUP_NOT_ACTIVATED",
-    "HailoCommunicationClosedException": "HAILO_COMMUNICATION_CLOSED",
-}
-
-
-class NpuTimeoutError(DeviceError):
-    """HailoRT gave up waiting for the chip (encoder.timeout_ms); the encoder is then closed."""
-
-
-CONFIGURING = "configuring the HEF on the device"
-# (statuses, when: always | group | no group (encoder.service_group set or not), error, message)
-# fmt: off
-_MESSAGES = (
-    (_TIMEOUT, "always", NpuTimeoutError,
-     "the Hailo NPU did not answer within encoder.timeout_ms = {timeout_ms} ms while {stage}{tag}"),
-    (_BAD_HEF, "always", ModelError,
-     "{hef}: HailoRT {version} cannot read this HEF{tag}: it is corrupt, not a HEF, or compiled by a "
-     "Dataflow Compiler newer than this HailoRT"),
-    (_BUSY, "no group", DeviceError,
-     "the Hailo device is busy: another process holds it{tag}; share it by setting encoder.service_group "
-     "(the same group id in every process) with hailort.service running, or stop the other process"),
-    (_BUSY, "group", DeviceError,
-     "no free Hailo device for encoder.service_group {group!r}{tag}: every process sharing the chip must "
-     "use the same group through hailort.service"),
-    (_DRIVER_MISMATCH, "always", DeviceError,
-     "HailoRT {version} and the hailo PCIe driver are different versions{tag}: install the "
-     "hailort-pcie-driver of the same version (dmesg | grep hailo shows the driver's)"),
-    (_SERVICE_MISMATCH, "always", DeviceError,
-     "hailort.service runs another HailoRT version than this process ({version}){tag}: update both"),
-    (_NO_SERVICE, "group", DeviceError,
-     "encoder.service_group is set but hailort.service is not reachable{tag}: "
-     "systemctl enable --now hailort.service"),
-    (_NO_DRIVER, "always", DeviceError,
-     "the hailo PCIe driver is not loaded{tag}: install hailort-pcie-driver and reboot "
-     "(ls /dev/hailo* should list a device)"),
-)
-# fmt: on
 
 
 def _sdk():
@@ -139,23 +94,6 @@ def hailo_available(dev_dir: Path = Path("/dev")) -> bool:
     except Exception as exc:  # noqa: BLE001 - any failure means "not usable", logged
         log.debug("Hailo device scan failed: %s", exc)
         return False
-
-
-def status_name(exc: BaseException) -> str | None:
-    """The HailoRT status behind an exception from hailo_platform, e.g. 'HAILO_TIMEOUT': its
-    class (HailoRTTimeout, ...) or the name in its text ("libhailort failed with error: 74
-    (HAILO_OUT_OF_PHYSICAL_DEVICES)"), along the __cause__ chain."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if type(e).__name__ in _CLASS_STATUS:
-            return _CLASS_STATUS[type(e).__name__]
-        match = re.search(r"\b(HAILO_[A-Z0-9_]+)\b", str(e))
-        if match and match.group(1) != "HAILO_SUCCESS":
-            return match.group(1)
-        e = e.__cause__ or e.__context__
-    return None
 
 
 @dataclass(frozen=True)
@@ -264,7 +202,8 @@ class HailoEncoder:
         self._want = _expected(bundle, self.hef_path)
         self._hp = _sdk()
         self._lock = threading.Lock()
-        self._stack: ExitStack | None = ExitStack()
+        self._stack = ExitStack()  # what _open() entered: released by close()
+        self._closed = False
         self._closed_why = ""
         try:
             self._open()
@@ -364,14 +303,14 @@ class HailoEncoder:
         if mel.shape != want:
             raise ValueError(f"expected a log-mel of shape {want}, got {mel.shape}")
         with self._lock:
-            if self._stack is None:
+            if self._closed:
                 raise DeviceError(f"the Hailo encoder is closed{self._closed_why}")
             try:
                 with self._errors("running the encoder"):
                     out = self._infer(np.ascontiguousarray(mel, dtype=np.float32))
             except NpuTimeoutError:
                 # The late job may still write into our buffers: let go of the chip; the
-                # caller reopens (a new HailoEncoder) or restarts.
+                # supervisor (edgeasr.asr.supervision) opens a new HailoEncoder.
                 self._closed_why = " (after a HailoRT timeout)"
                 self._close_locked()
                 raise
@@ -383,9 +322,9 @@ class HailoEncoder:
             self._close_locked()
 
     def _close_locked(self) -> None:
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            stack.close()
+        if not self._closed:
+            self._closed = True
+            self._stack.close()
 
     def __enter__(self) -> HailoEncoder:
         return self
@@ -399,24 +338,10 @@ class HailoEncoder:
 
     def translate(self, exc: Exception, stage: str) -> EdgeAsrError:
         """A one-line error for a HailoRT failure during `stage`."""
-        status = status_name(exc)
-        tag = f" ({status})" if status else f" ({exc})"
-        if status in _WRONG_CHIP and stage == CONFIGURING:
-            return DeviceError(self._wrong_chip_message(tag))
-        group = self.service_group
-        for statuses, when, cls, template in _MESSAGES:
-            if status in statuses and when in ("always", "group" if group else "no group"):
-                return cls(
-                    template.format(
-                        hef=self.hef_path,
-                        version=getattr(self._hp, "__version__", "?"),
-                        tag=tag,
-                        stage=stage,
-                        timeout_ms=self.timeout_ms,
-                        group=group,
-                    )
-                )
-        return DeviceError(f"HailoRT {getattr(self._hp, '__version__', '?')} failed while {stage}{tag}")
+        if status_name(exc) in WRONG_CHIP and stage == CONFIGURING:
+            return DeviceError(self._wrong_chip_message(tag(exc)))
+        version = getattr(self._hp, "__version__", "?")
+        return translate(exc, stage, Context(self.hef_path, version, self.timeout_ms, self.service_group))
 
     def _wrong_chip_message(self, tag: str) -> str:
         self._stack.close()  # let go of the device before asking it what it is
@@ -438,7 +363,7 @@ class _Translate:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc is None or isinstance(exc, EdgeAsrError) or not isinstance(exc, Exception):
             return False
         if not isinstance(exc, self.encoder._hp.HailoRTException) and status_name(exc) is None:

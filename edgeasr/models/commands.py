@@ -22,6 +22,9 @@ def register(subparsers) -> None:
                      help="also export the 30 s encoder (for `edgeasr bench`)")
     imp.add_argument("--no-hailo-decoder", action="store_true",
                      help="skip the fixed-length Hailo decoder (the full-NPU benchmark reference)")
+    imp.add_argument("--hef", type=Path, default=None, metavar="FILE",
+                     help="an encoder HEF built elsewhere (e.g. Hailo's published Whisper HEFs) for "
+                     "these weights: checked as far as HailoRT here allows, copied in and recorded")
     imp.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
     imp.set_defaults(func=_import)
 
@@ -55,10 +58,19 @@ def register(subparsers) -> None:
 def _import(args: argparse.Namespace) -> int:
     from edgeasr.models.export import import_model
 
+    if args.hef:
+        from edgeasr.models.hef_import import precheck_hef
+
+        precheck_hef(args.hef, args.window_s)  # a window that cannot fit fails before the import
     m = import_model(args.sources, args.out, window_s=args.window_s, with_30s=args.with_30s,
                      hailo_decoder=not args.no_hailo_decoder, force=args.force)
     total = sum(f["bytes"] for f in m["files"].values())
     print(f"{m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB in {args.out}")
+    if args.hef:
+        from edgeasr.models.hef_import import attach_hef
+
+        hef = attach_hef(args.out, args.hef)
+        print(f"encoder HEF for {hef.arch}: {hef.path}; {hef.checked}")
     return 0
 
 

@@ -156,7 +156,7 @@ def parse_points(onnx_path: Path) -> tuple[str, str, tuple[int, ...]]:
     end = next((n.name for n in g.node if g.output[0].name in n.output), None)
     if end is None:
         raise ModelError(f"{onnx_path}: no node produces the output {g.output[0].name}")
-    consumers = {}
+    consumers: dict[str, list] = {}
     for n in g.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
@@ -305,9 +305,9 @@ def compile_hef(
         hef = _compile_python(p)
     else:
         _compile_cli(p, cmds[:3])
-        hef = p.compiled_hef.read_bytes() if p.compiled_hef.is_file() else None
-        if hef is None:
+        if not p.compiled_hef.is_file():
             raise ModelError(f"the DFC finished but wrote no {p.compiled_hef}")
+        hef = p.compiled_hef.read_bytes()
     _write_atomic(p.out, hef)
     record_hef(
         p.bundle.root,
@@ -341,7 +341,7 @@ def _compile_python(p: Plan) -> bytes:
         runner.save_har(str(p.har))
         step = "optimize"
         runner.load_model_script(str(p.model_script))
-        runner.optimize(np.load(p.calib))
+        runner.optimize(np.load(str(p.calib)))  # set: plan() requires --calib unless dry_run
         runner.save_har(str(p.optimized_har))
         step = "compile"
         return runner.compile()

@@ -8,6 +8,10 @@ shapes without batch, NHWC frames as (H, W, C):
   output  <net>/<OUTPUT_LAYER> (1, n_positions, d_model) <- ONNX audio_features [1, T, d]
 (an encoder's rank-3 [1, T, d] output is a height-1 NHWC frame to the DFC; the InferVStreams
 API then returns it with a batch axis, [1, 1, T, d]).
+
+A HEF written outside the bundle names its ONNX by absolute path, so it can be copied into
+another bundle (as `models import --hef` does); `onnx` makes a HEF "compiled" from another
+model's encoder (a HEF paired with the wrong weights).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ def write_standin_hef(
     input_hwc: tuple[int, int, int] | None = None,
     record: bool = True,
     net_name: str = NET_NAME,
+    onnx: Path | None = None,
+    output_shape: tuple[int, ...] | None = None,
 ) -> Path:
     """Write <bundle>/encoder.<arch>.hef (or `out`); record it in the manifest like compile-hef."""
     from edgeasr.bundle import load_bundle
@@ -37,17 +43,19 @@ def write_standin_hef(
     out = Path(out) if out else bundle.root / f"encoder.{arch}.hef"
     mel = bundle.manifest["tensors"]["encoder"]["inputs"]["mel"]
     feats = bundle.manifest["tensors"]["encoder"]["outputs"]["audio_features"]
-    onnx = bundle.path("encoder").resolve()
+    onnx = Path(onnx or bundle.path("encoder")).resolve()
+    inside = bundle.root.resolve() in out.resolve().parents
     meta = {
         "format": HEF_FORMAT,
         "arch": arch,
         "network_group": net_name,
-        "onnx": str(Path(_relpath(onnx, out.resolve().parent))),
+        "onnx": _relpath(onnx, out.resolve().parent) if inside else str(onnx),
         "inputs": [
             {"name": f"{net_name}/input_layer1", "shape": list(input_hwc or mel[1:]), "onnx_name": "mel"}
         ],
         "outputs": [
-            {"name": f"{net_name}/{OUTPUT_LAYER}", "shape": [1, *feats[1:]], "onnx_name": "audio_features"}
+            {"name": f"{net_name}/{OUTPUT_LAYER}", "shape": list(output_shape or (1, *feats[1:])),
+             "onnx_name": "audio_features"}
         ],
     }
     out.write_bytes(HEF_MAGIC + json.dumps(meta, indent=1).encode())

@@ -20,6 +20,8 @@ system looks like is read from the environment at each call, so a test can chang
   HAILO_STANDIN_LIB_VERSION version of this "C extension" (default = HAILO_STANDIN_VERSION); a
                             different value makes `import hailo_platform` fail as a mismatched
                             pyhailort wheel does
+  HAILO_STANDIN_CONTROL     a JSON file re-read at every scan, open and inference: faults injected
+                            while running (latency, a lost device); see standin_control.py
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
+import standin_control
 
 HEF_MAGIC = b"HAILO-STANDIN-HEF\n"  # never a real HEF (real ones start with "\x01HEF")
 HEF_FORMAT = 1
@@ -181,7 +184,10 @@ class VStreamInfo:
 
 # -- the simulated system ---------------------------------------------------------------------
 def _devices() -> list[tuple[str, str]]:
-    """[(device_id, arch)] as Device.scan() would see them (PCIe BDF ids)."""
+    """[(device_id, arch)] as Device.scan() would see them (PCIe BDF ids); none while the
+    control file says the device is lost (the driver deleted its nodes)."""
+    if standin_control.device_lost():
+        return []
     spec = os.environ.get("HAILO_STANDIN_DEVICES", "hailo8")
     arches = [a.strip().lower() for a in spec.split(",") if a.strip()]
     for a in arches:
@@ -200,7 +206,8 @@ def _lock_dir() -> Path:
 
 
 def _latency_s() -> float:
-    return float(os.environ.get("HAILO_STANDIN_LATENCY_MS", "0")) / 1000.0
+    """This frame's time on the chip: the control file's, else HAILO_STANDIN_LATENCY_MS."""
+    return standin_control.take_latency_ms(float(os.environ.get("HAILO_STANDIN_LATENCY_MS", "0"))) / 1000.0
 
 
 def _wrong_chip_status() -> str:
@@ -421,6 +428,7 @@ class VDeviceParams:
 class VDevice:
     def __init__(self, params: VDeviceParams, owned: list[tuple[str, str, object]]) -> None:
         self.params, self._owned = params, owned  # [(id, arch, lock file)]
+        self._dead = False  # saw its device leave the bus
 
     @staticmethod
     def create(params: VDeviceParams, device_ids: list[str]) -> VDevice:
@@ -462,7 +470,15 @@ class VDevice:
     def is_scheduled(self) -> bool:
         return self.params.scheduling_algorithm != SchedulingAlgorithm.NONE
 
+    def check_alive(self) -> None:
+        """Every ioctl fails (ENODEV) once the device left the bus, even after it is back."""
+        if standin_control.device_lost():
+            self._dead = True
+        if self._dead:
+            _fail("HAILO_DRIVER_OPERATION_FAILED")
+
     def check_hef(self, hef: Hef) -> None:
+        self.check_alive()
         if not self._owned:
             _fail("HAILO_INVALID_OPERATION")
         if not _hef_fits(self.arch, hef.arch):
@@ -470,6 +486,7 @@ class VDevice:
 
     def configure(self, hef: Hef, configure_params_by_name: dict) -> list[ConfiguredNetworkGroup]:
         self.check_hef(hef)
+        _session(hef.onnx)  # loading the network is configure's cost, not the first frame's
         return [ConfiguredNetworkGroup(self, hef)]
 
     def create_infer_model_from_file(self, path: str, name: str) -> InferModel:
@@ -578,6 +595,7 @@ class InferVStreams:
             _fail("HAILO_NETWORK_GROUP_NOT_ACTIVATED")
         timeout = min(p.timeout_ms for p in self.input_params.values()) / 1000.0
         for b in range(batch_size):
+            g.vdevice.check_alive()
             _simulate_latency(timeout)
             out = _run_frame(g.hef, {n: a[b] for n, a in input_data.items()})
             for name, buf in output_buffers.items():
@@ -660,6 +678,7 @@ class InferModel:
 
     def configure(self) -> ConfiguredInferModel:
         self.vdevice.check_hef(self.hef)  # vdevice.cpp create_local_config_params
+        _session(self.hef.onnx)  # loading the network is configure's cost, not the first frame's
         return ConfiguredInferModel(self)
 
 
@@ -694,6 +713,7 @@ class AsyncInferJob:
     def wait(self, timeout: timedelta) -> None:
         self._thread.join(timeout.total_seconds())
         if self._thread.is_alive():
+            self._state["abandoned"] = True
             _fail("HAILO_TIMEOUT")
         if self._state.get("status"):
             raise HailoRTStatusException(str(self._state["status"]))
@@ -750,6 +770,8 @@ class ConfiguredInferModel:
             _fail("HAILO_NETWORK_GROUP_NOT_ACTIVATED")
         for b in bindings:
             self._validate(b)
+        vdevice = self.model.vdevice
+        vdevice.check_alive()  # the ioctl that queues the transfer
         state: dict = {}
 
         def work() -> None:
@@ -757,6 +779,12 @@ class ConfiguredInferModel:
             try:
                 for b in bindings:
                     _simulate_latency(None)
+                    vdevice.check_alive()  # the device may have left while the frame ran
+                    if state.get("abandoned"):
+                        # Simplification: the chip would still write this late frame into the
+                        # buffers; the stand-in drops it rather than run onnxruntime in a thread
+                        # nobody waits for (one still running at interpreter exit aborts it).
+                        break
                     out = _run_frame(self.model.hef, {n: s.buffer for n, s in b._inputs.items()})
                     for name, s in b._outputs.items():
                         s.buffer.reshape(-1)[:] = out[name].reshape(-1)
