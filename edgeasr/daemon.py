@@ -13,6 +13,7 @@ restart (the log names them).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import sys
@@ -119,13 +120,25 @@ def build(cfg: Config, bundle: Bundle) -> Daemon:
         pipeline = Pipeline(open_source(cfg), Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), worker,
                             outputs.publishers, cfg.pipeline, live=live, log_transcripts=cfg.log.transcripts,
                             progress=progress.mark, report_error=outputs.report_error)
-        if outputs.mqtt is not None:
-            outputs.mqtt.metrics = pipeline.metrics  # the publisher sends these every metrics_interval_s
     server = None
     if cfg.wyoming.uri:
         server = build_wyoming(cfg, bundle, worker, lambda: progress.mark("wyoming"))
+    if outputs.mqtt is not None:  # the publisher sends these every mqtt.metrics_interval_s
+        outputs.mqtt.metrics = lambda: metrics(engine, worker, pipeline, server)
     return Daemon(cfg, engine=engine, worker=worker, pipeline=pipeline, server=server, outputs=outputs,
                   notifier=notifier, progress=progress, model=bundle.name, backend=backend)
+
+
+def metrics(engine: Any, worker: Any, pipeline: Any, server: Any) -> dict:
+    """The /metrics message's counters: every front end's, the worker's and the device's."""
+    from edgeasr.asr.supervision import encoder_health
+
+    out = pipeline.metrics() if pipeline is not None else {}
+    out["worker"] = dataclasses.asdict(worker.stats)
+    out["encoder"] = dataclasses.asdict(encoder_health(engine.encoder))
+    if server is not None:
+        out["wyoming"] = server.metrics()
+    return out
 
 
 def build_wyoming(cfg: Config, bundle: Bundle, worker: Any, progress: Callable[[], None]) -> Any:
@@ -147,6 +160,25 @@ def build_wyoming(cfg: Config, bundle: Bundle, worker: Any, progress: Callable[[
                          lambda: WebRtcDetector(cfg.vad.aggressiveness), progress=progress)
 
 
+class Liveness:
+    """What the watchdog asks: every stage made progress, and the encoder device has not
+    failed for good (a failed device's windows fail at once, which would count as progress)."""
+
+    def __init__(self, progress: Any, engine: Any) -> None:
+        self.progress, self.engine = progress, engine
+        self.stalled: tuple[str, ...] = ()
+
+    def __call__(self) -> bool:
+        from edgeasr.asr.supervision import encoder_health
+
+        moving = self.progress()
+        self.stalled = self.progress.stalled
+        if encoder_health(self.engine.encoder).failed:
+            self.stalled += ("the encoder device (failed)",)
+            return False
+        return moving
+
+
 @dataclass
 class Daemon:
     """Runs the worker and the front ends, handles signals and talks to the service manager."""
@@ -165,13 +197,15 @@ class Daemon:
     reload_config: Callable[[], Config] | None = None
     _reload: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _health: Any = None  # the encoder device's health, as last seen
+    _failure: EdgeAsrError | None = None  # why the daemon stops on its own
 
     def run(self) -> int:
         from edgeasr.notify import Watchdog
 
         pipeline, notifier = self.pipeline, self.notifier
         self._install_signals()
-        watchdog = Watchdog(notifier, self.progress)
+        watchdog = Watchdog(notifier, Liveness(self.progress, self.engine))
         if self.outputs.mqtt is not None:
             self.outputs.mqtt.start()
         self.worker.start()
@@ -196,12 +230,14 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 self.reload()
+            self._watch_device()
         deadline = self.cfg.pipeline.stop_deadline_s
         if self.server is not None:
             self.server.stop()
         # a signal bounds the wait for what is queued; an input that ended is finished whole
         if not self.worker.stop(deadline if self._stop.is_set() else None):
             log.warning("stop deadline (%.0f s) passed with speech still queued", deadline)
+        self._watch_device()  # the last segments may have been what broke it
         watchdog.stop()  # first: no ping may follow STOPPING=1
         notifier.stopping()
         self.outputs.close(deadline)
@@ -212,10 +248,39 @@ class Daemon:
                      stats.segments, pipeline.lane.dropped, stats.failures)
             if pipeline.error is not None:
                 raise pipeline.error  # after everything read was transcribed and delivered
+        if self._failure is not None:
+            raise self._failure
         return 0
+
+    def _watch_device(self) -> None:
+        """Report the encoder device's changes (STATUS, /error); a device failed for good
+        stops the daemon (exit 69), and the watchdog has stopped pinging already."""
+        from edgeasr.asr.supervision import encoder_health
+
+        health = encoder_health(self.engine.encoder)
+        previous, self._health = self._health, health
+        if previous is None or health.state == previous.state:
+            return
+        if health.state == "ok":
+            log.info("the encoder device works again (%d reopened)", health.reopens)
+        else:
+            log.warning("the encoder device is %s: %s", health.state, health.last_error)
+            self.outputs.report_error(f"encoder device {health.state}", health.last_error or "")
+        self.notifier.status(self._status("listening"))
+        if health.failed:
+            from edgeasr.errors import DeviceError
+
+            self._failure = DeviceError(f"the encoder device failed for good ({health.last_error}); "
+                                        "restart the service (systemd does, Restart=on-failure)")
+            self._stop.set()
+            if self.pipeline is not None:
+                self.pipeline.request_stop()
 
     def _status(self, text: str) -> str:
         parts = [text]
+        health = self._health
+        if health is not None and health.state != "ok":
+            parts.append(f"NPU {health.state} ({health.failures} failures: {health.last_error})")
         if self.pipeline is not None:
             source_status = getattr(self.pipeline.source, "status", "")
             if "lost" in source_status:
