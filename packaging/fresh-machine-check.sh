@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The newcomer's check: README's two commands, exactly as written, on a freshly bootstrapped
+# Debian bookworm root (debootstrap; as root; nothing added but git and ca-certificates), with
+# the repository cloned into it and ../shared copied beside the clone. Prints each command's
+# exit code, wall time and the bytes it downloaded (apt's .debs and pip's cache, measured in
+# the new root, so nothing else on this machine counts).
+#
+#   sudo bash packaging/fresh-machine-check.sh [WORKDIR]     (default /var/tmp/edgeasr-fresh)
+#
+# Too slow for CI (a whole Debian system is downloaded and the full test suite runs in it):
+# run it before a release and put its figures in README's "A fresh machine" section. It clones
+# the committed state of this repository (HEAD), as CI does.
+set -euo pipefail
+[ "$(id -u)" -eq 0 ] || { echo "fresh-machine-check: run as root (debootstrap, chroot)" >&2; exit 77; }
+repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+shared=$(cd "$repo/../shared" && pwd)
+work=${1:-/var/tmp/edgeasr-fresh}
+root=$work/bookworm
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+command -v debootstrap >/dev/null || apt-get install -y -q -o DPkg::Lock::Timeout=600 debootstrap
+
+cleanup() {
+    for m in run dev sys proc; do
+        umount -lR "$root/$m" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$root"
+mkdir -p "$work"
+echo "== debootstrap bookworm into $root"
+debootstrap bookworm "$root" "$mirror" > "$work/debootstrap.log"
+for m in proc sys dev run; do mkdir -p "$root/$m"; done
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs tmpfs "$root/run"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+    TERM=dumb bash -c "$1"; }
+in_root "apt-get -q update && apt-get install -y -q git ca-certificates" > "$work/base.log"
+in_root "apt-get clean"
+git clone -q "$repo" "$root/root/edgeasr"
+cp -a "$shared" "$root/root/shared"
+
+readme=$root/root/edgeasr/README.md
+first=$(awk '/^```bash$/{getline; print; exit}' "$readme")
+tests=$(cd "$root/root/edgeasr" && bash .ci/run --print-command)
+
+downloaded() {  # bytes apt and pip have fetched into the new root so far
+    du -sb "$root/var/cache/apt/archives" "$root/root/.cache/pip" 2>/dev/null | awk '{s += $1} END {print s + 0}'
+}
+
+report=()
+for name in first tests; do
+    cmd=${!name}
+    echo "== $name command: $cmd"
+    before=$(downloaded)
+    start=$(date +%s)
+    set +e
+    in_root "cd /root/edgeasr && $cmd" > "$work/$name.log" 2>&1
+    code=$?
+    set -e
+    seconds=$(( $(date +%s) - start ))
+    mb=$(( ($(downloaded) - before) / 1000000 ))
+    tail -n 3 "$work/$name.log"
+    report+=("$name command: exit $code, ${seconds} s, ${mb} MB downloaded (log: $work/$name.log)")
+done
+echo "== fresh bookworm root, $(date -u +%Y-%m-%d), $(uname -m)"
+printf '%s\n' "${report[@]}"
