@@ -24,8 +24,9 @@ from typing import Any
 
 from edgeasr import __version__
 from edgeasr.bundle import Bundle
-from edgeasr.config import Config, changed_keys, live_keys, with_live
+from edgeasr.config import Config
 from edgeasr.errors import ConfigError, EdgeAsrError
+from edgeasr.reload import changed_keys, live_keys, with_live
 from edgeasr.stages import AudioSource, Publisher
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgeasr.config import Config, as_dict, live_keys, load_config
+from edgeasr.config import Config, as_dict, load_config
 from edgeasr.errors import ConfigError, MissingInputError
+from edgeasr.reload import live_keys
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "config" / "edgeasr.yaml"
@@ -281,7 +282,7 @@ def test_a_server_only_daemon_is_a_valid_configuration():
 
 def test_live_keys_are_what_a_reload_applies():
     """SIGHUP applies exactly the keys marked live; everything else waits for a restart."""
-    from edgeasr.config import changed_keys, with_live
+    from edgeasr.reload import changed_keys, with_live
 
     running = load_config(None, {})
     new = load_config(None, {"decoder.preset": "conservative", "decoder.threads": 1, "model.language": "de",
