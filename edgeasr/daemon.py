@@ -200,6 +200,8 @@ class Daemon:
     _stop: threading.Event = field(default_factory=threading.Event)
     _health: Any = None  # the encoder device's health, as last seen
     _failure: EdgeAsrError | None = None  # why the daemon stops on its own
+    _activity: str = "listening"  # what the front end says it does
+    _sent_status: str = ""
 
     def run(self) -> int:
         from edgeasr.notify import Watchdog
@@ -214,14 +216,15 @@ class Daemon:
             self.server.start()
         runner = None
         if pipeline is not None:
-            pipeline.status = lambda text: notifier.status(self._status(text))
+            pipeline.status = self._set_activity
             runner = threading.Thread(target=pipeline.run, name="edgeasr-capture")
             runner.start()
         log.info("edgeasr %s: model %s on %s, input %s%s", __version__, self.model, self.backend,
                  self.cfg.input.source, f", Wyoming on {self.cfg.wyoming.uri}" if self.server else "")
         while runner is not None and runner.is_alive() and not pipeline.wait_for_audio(0.5):
             pass
-        notifier.ready(self._status("listening"))
+        self._sent_status = self._status()
+        notifier.ready(self._sent_status)
         watchdog.start()
         while (runner.is_alive() if runner is not None else not self._stop.is_set()):
             if runner is not None:
@@ -232,6 +235,7 @@ class Daemon:
                 self._reload.clear()
                 self.reload()
             self._watch_device()
+            self._refresh_status()
         deadline = self.cfg.pipeline.stop_deadline_s
         if self.server is not None:
             self.server.stop()
@@ -267,7 +271,7 @@ class Daemon:
         else:
             log.warning("the encoder device is %s: %s", health.state, health.last_error)
             self.outputs.report_error(f"encoder device {health.state}", health.last_error or "")
-        self.notifier.status(self._status("listening"))
+        self._refresh_status()
         if health.failed:
             from edgeasr.errors import DeviceError
 
@@ -277,8 +281,20 @@ class Daemon:
             if self.pipeline is not None:
                 self.pipeline.request_stop()
 
-    def _status(self, text: str) -> str:
-        parts = [text]
+    def _set_activity(self, text: str) -> None:
+        self._activity = text
+        self._refresh_status()
+
+    def _refresh_status(self) -> None:
+        """systemd's STATUS=, sent when it changes (the front end's activity, the device, the
+        broker and the outbox's storage)."""
+        text = self._status()
+        if text != self._sent_status:
+            self._sent_status = text
+            self.notifier.status(text)
+
+    def _status(self) -> str:
+        parts = [self._activity]
         health = self._health
         if health is not None and health.state != "ok":
             parts.append(f"NPU {health.state} ({health.failures} failures: {health.last_error})")
@@ -287,8 +303,8 @@ class Daemon:
             if "lost" in source_status:
                 parts.append(source_status)
         mqtt = self.outputs.mqtt
-        if mqtt is not None and not mqtt.connected:
-            parts.append("broker down (transcripts kept in the outbox)")
+        if mqtt is not None and (summary := mqtt.health().summary()):
+            parts.append(summary)
         return "; ".join(parts)
 
     def _install_signals(self) -> None:

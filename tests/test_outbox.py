@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgeasr.errors import OutputError
-from edgeasr.output.outbox import FILENAME, Outbox
+from edgeasr.output.outbox import FILENAME, Entry, Outbox
 
 
 def message(i: int) -> dict:
@@ -123,3 +123,62 @@ def test_corrupt_database_is_an_output_error(tmp_path: Path):
     (tmp_path / FILENAME).write_bytes(b"this is not an sqlite database" * 100)
     with pytest.raises(OutputError, match=FILENAME):
         Outbox.in_state_dir(tmp_path, max_items=5)
+
+
+def cap_pages(outbox: Outbox, pages: int | None) -> None:
+    """SQLite's own limit on the file's size: past it, writes fail with a real SQLITE_FULL."""
+    limit = pages if pages is not None else 1_073_741_823
+    outbox._db.execute(f"PRAGMA max_page_count = {limit}")
+
+
+def page_count(outbox: Outbox) -> int:
+    return outbox._db.execute("PRAGMA page_count").fetchone()[0]
+
+
+def test_sqlite_full_is_an_output_error_and_leaves_no_gap_in_seq(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=1000)
+    outbox.append(message(0))
+    cap_pages(outbox, page_count(outbox))
+    with pytest.raises(OutputError, match="database or disk is full"):
+        for i in range(1, 50):  # the last page may still have room for a few rows
+            outbox.append({**message(i), "text": "x" * 1000})
+    stored = len(outbox)
+    cap_pages(outbox, None)
+    assert outbox.append(message(99)).seq == stored + 1  # the failed append's seq is issued again
+
+
+def test_seq_taken_in_memory_is_inserted_later_and_never_reissued(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=1000)
+    outbox.append(message(0))
+    held = [outbox.take_seq_in_memory() for _ in range(3)]
+    assert held == [2, 3, 4]
+    assert outbox.append(message(5)).seq == 5  # the database's counter skips the held numbers
+    outbox.remove(5)
+    outbox.insert([Entry(seq, f'{{"seq":{seq}}}') for seq in held])
+    assert [e.seq for e in outbox.pending()] == [1, 2, 3, 4]
+    outbox.remove_all([1, 3])
+    assert [e.seq for e in outbox.pending()] == [2, 4]
+    assert outbox.next_seq() == 6
+
+
+def test_seq_mark_survives_a_restart_without_the_database_counter(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=1000)
+    outbox.append(message(0))
+    assert [outbox.take_seq_in_memory() for _ in range(2)] == [2, 3]
+    outbox.close()  # as a crash: seqs 2 and 3 never reached the database
+    db = sqlite3.connect(tmp_path / FILENAME)
+    assert db.execute("SELECT value FROM counters WHERE name = 'seq'").fetchone()[0] == 1
+    db.close()
+    assert (tmp_path / "outbox.seq").read_bytes() == (3).to_bytes(8, "big")
+    again = Outbox.in_state_dir(tmp_path, max_items=1000)
+    assert again.append(message(1)).seq == 4
+
+
+def test_insert_evicts_beyond_the_bound(tmp_path: Path):
+    outbox = Outbox.in_state_dir(tmp_path, max_items=3)
+    outbox.append(message(0))
+    outbox.append(message(1))
+    held = [outbox.take_seq_in_memory() for _ in range(2)]
+    outbox.insert([Entry(seq, "{}") for seq in held])
+    assert [e.seq for e in outbox.pending()] == [2, 3, 4]
+    assert outbox.evicted == 1

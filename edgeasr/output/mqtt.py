@@ -1,15 +1,20 @@
 """Transcripts over MQTT (paho-mqtt 2.2+, MQTT v5), through the durable outbox.
 
-The only module that imports paho.  Delivery is at least once and in `seq` order:
+Delivery is at least once and in `seq` order:
 
-* `publish()` commits the transcript to the outbox (edgeasr.output.outbox) and returns; a
-  background thread hands waiting rows to paho, at most `WINDOW` unacknowledged at a time.
-* A PUBACK (paho's on_publish, matched by mid) deletes the row.
-* On every connect, paho's own in-memory queue is dropped and everything still in the
-  outbox is published again, oldest first: the outbox is the truth (paho's queue dies
-  with the process; replaying it next to the outbox would duplicate and reorder).
-  A transcript whose PUBACK was lost can therefore arrive twice: consumers drop repeats
-  by `id` (or `seq`).
+* `publish()` stores the transcript (edgeasr.output.spool: the SQLite outbox, or memory
+  while the disk is full or failing) and returns; it never raises for the disk.  The
+  sender thread hands waiting transcripts to paho, at most `WINDOW` unacknowledged.
+* A PUBACK (paho's on_publish, matched by mid) removes the transcript.
+* On every connect, paho's own in-memory queue is dropped and the sender replays all that
+  waits, oldest first: the spool is the truth (paho's queue dies with the process;
+  replaying it next to the spool would duplicate and reorder).  A transcript whose PUBACK
+  was lost can therefore arrive twice: consumers drop repeats by `id` (or `seq`).
+
+Threads: paho's network thread runs the callbacks (kept small: they never touch the disk);
+the sender thread (edgeasr.output.sender, supervised: an exception is logged, counted and
+the sender goes on after a short backoff) does everything else.  `health()` tells the daemon
+how the output side is doing; storage failure and recovery also go to the /error topic.
 
 Topics: {prefix}/{device_id}/transcript (QoS 1), /status (retained: online on connect,
 offline as last will and on clean close), /error (QoS 1), /metrics (periodic), plus
@@ -18,30 +23,31 @@ optional Home Assistant discovery and Hermes hermes/asr/textCaptured.
 
 from __future__ import annotations
 
-import collections
 import logging
-import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeasr.errors import ConfigError, MissingInputError, ToolMissingError
+from edgeasr.errors import ConfigError
+from edgeasr.output import connection_reasons as reasons
 from edgeasr.output import payload as msgs
 from edgeasr.output.outbox import Outbox
+from edgeasr.output.paho_client import endpoint, import_paho, make_client, read_password, use_tls
+from edgeasr.output.sender import WINDOW, Sender
+from edgeasr.output.spool import Spool
 from edgeasr.stages import Transcript
 
 if TYPE_CHECKING:
     from edgeasr.config import MqttConfig
 
+__all__ = ["MqttPublisher", "OutputHealth", "Topics", "read_password", "use_tls"]
+
 log = logging.getLogger(__name__)
 
-WINDOW = 64  # transcripts handed to paho and not yet acknowledged
-_HEADROOM = 32  # room in paho's queue for status, error, metrics, discovery, Hermes
-_AUTH_REFUSALS = {134, 135, 140}  # bad user name or password, not authorized, bad auth method
-_PUMP_IDLE_S = 0.5  # the pump's longest sleep: retries after a full paho queue
+_HEADROOM = 32  # room in paho's queue beyond the sender's WINDOW: status, error, metrics, ...
 _CLOSE_ACK_S = 2.0  # longest wait for the broker to acknowledge the offline status
 
 
@@ -60,33 +66,32 @@ class Topics:
                    f"{base}/partial")
 
 
-def use_tls(options: MqttConfig) -> bool:
-    """mqtt.tls.enabled, where null means "when mqtt.tls.ca is set"."""
-    tls = options.tls
-    return tls.enabled if tls.enabled is not None else tls.ca is not None
+@dataclass(frozen=True)
+class OutputHealth:
+    """The output side at a glance (MqttPublisher.health()), e.g. for systemd's STATUS."""
 
+    connected: bool
+    storage_failing: bool  # the outbox cannot be written: new transcripts wait in memory
+    storage_error: str | None
+    waiting: int  # transcripts not yet acknowledged (disk and memory)
+    held_in_memory: int
+    dropped: int  # transcripts lost: memory full while the disk failed, or in memory at close
+    evicted: int  # oldest dropped from a full outbox (mqtt.outbox_max), all time
+    rejected: int  # transcripts the broker refused (PUBACK failure)
+    sender_restarts: int
+    connect_failure: str | None  # why the last connection attempt failed (None: none failed)
 
-def read_password(path: Path) -> str:
-    """mqtt.password_file's content without its final newline (config.py has already
-    looked a relative name up in $CREDENTIALS_DIRECTORY).  Never logged."""
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise MissingInputError(f"mqtt.password_file: cannot read {path}: {exc.strerror or exc}") from exc
-    password = text.rstrip("\r\n")
-    if not password:
-        raise ConfigError(f"mqtt.password_file: {path} is empty")
-    return password
-
-
-def _import_paho() -> Any:
-    try:
-        import paho.mqtt.client as mqtt_client
-    except ImportError as exc:
-        raise ToolMissingError("paho-mqtt is not installed (pip install 'paho-mqtt>=2.2')") from exc
-    if not hasattr(mqtt_client.Client, "drop_out_messages"):
-        raise ToolMissingError("paho-mqtt 2.2 or newer is needed (pip install -U 'paho-mqtt>=2.2')")
-    return mqtt_client
+    def summary(self) -> str:
+        """One line for STATUS; empty when all is well."""
+        parts = []
+        if not self.connected:
+            why = f": {self.connect_failure}" if self.connect_failure else ""
+            parts.append(f"broker down{why} ({self.waiting} transcript(s) waiting)")
+        if self.storage_failing:
+            parts.append(f"storage failing ({self.storage_error}): {self.held_in_memory} transcript(s) in memory")
+        if self.dropped:
+            parts.append(f"{self.dropped} transcript(s) dropped")
+        return "; ".join(parts)
 
 
 class MqttPublisher:
@@ -105,57 +110,39 @@ class MqttPublisher:
     ) -> None:
         if not options.host:
             raise ConfigError("mqtt.host: needed for MQTT output (null means stdout only)")
-        self.options, self.device_id, self._outbox = options, device_id, outbox
+        self.options, self.device_id = options, device_id
+        self._spool = Spool(outbox)
         self.topics = Topics.for_device(options.topic_prefix, device_id)
         self._info = {"version": version, "model": model, "backend": backend}
         self._metrics = metrics
         self.client_id = options.client_id or f"edgeasr-{device_id}"
-        self._paho = _import_paho()
-        self._client = self._make_client()
-        self._lock = threading.Lock()  # guards _inflight/_handed and the order of hand-overs
-        self._inflight: dict[int, int] = {}  # paho mid -> outbox seq
-        self._handed = 0  # highest seq handed to paho on this connection
-        # (mid, reason) from on_publish; bounded: a lost ack only means a repeat on the next connect
-        self._acks: collections.deque = collections.deque(maxlen=4 * (WINDOW + _HEADROOM))
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._connected = threading.Event()
-        self._refusal: str | None = None
-        self._down_logged = False
-        self.rejected = 0  # transcripts the broker refused (PUBACK failure)
-        self._pump = threading.Thread(target=self._run_pump, name="edgeasr-mqtt-outbox", daemon=True)
-
-    # -- setup -----------------------------------------------------------------------
-
-    def _make_client(self) -> Any:
-        o, mqtt = self.options, self._paho
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
-        client.reconnect_delay_set(o.reconnect_min_s, o.reconnect_max_s)
-        client.max_queued_messages_set(WINDOW + _HEADROOM)
         offline = msgs.dumps(msgs.status_message("offline"))
-        client.will_set(self.topics.status, offline, qos=1, retain=True)
-        if o.password_file is not None and not o.username:
-            raise ConfigError("mqtt.password_file: set, but mqtt.username is not")
-        if o.username:
-            client.username_pw_set(o.username, read_password(o.password_file) if o.password_file else None)
-        if use_tls(o):
-            tls = o.tls
-            for key, path in (("ca", tls.ca), ("cert", tls.cert), ("key", tls.key)):
-                if path is not None and not path.is_file():
-                    raise MissingInputError(f"mqtt.tls.{key}: {path} does not exist")
-            if (tls.cert is None) != (tls.key is None):
-                raise ConfigError("mqtt.tls.cert: mqtt.tls.cert and mqtt.tls.key go together")
-            client.tls_set(
-                ca_certs=_opt_str(tls.ca),
-                certfile=_opt_str(tls.cert),
-                keyfile=_opt_str(tls.key),
-                tls_version=ssl.PROTOCOL_TLS_CLIENT,
-            )
-        client.on_connect = self._on_connect
-        client.on_connect_fail = self._on_connect_fail
-        client.on_disconnect = self._on_disconnect
-        client.on_publish = self._on_publish
-        return client
+        self._client = make_client(
+            options, self.client_id, will_topic=self.topics.status, will=offline, max_queued=WINDOW + _HEADROOM
+        )
+        self._paho = import_paho()
+        self._endpoint = endpoint(options, self._client)
+        self._client.on_pre_connect = self._on_pre_connect
+        self._client.on_connect = self._on_connect
+        self._client.on_connect_fail = self._on_connect_fail
+        self._client.on_disconnect = self._on_disconnect
+        self._client.on_publish = self._on_publish
+        self._stop, self._connected = threading.Event(), threading.Event()
+        self._sender = Sender(
+            self._client,
+            self._spool,
+            topic=self.topics.transcript,
+            connected=self._connected,
+            periodic=self._periodic,
+            queue_full_rc=self._paho.MQTT_ERR_QUEUE_SIZE,
+        )
+        interval = options.metrics_interval_s
+        self._next_metrics = time.monotonic() + interval if interval > 0 else None
+        self._connack = False  # a CONNACK came in the current connection attempt
+        self._failure: reasons.Failure | None = None  # logged once per change; None after a connect
+        self._last_failure: reasons.Failure | None = None  # kept for health()
+        self._refusal: str | None = None  # a refusal that retrying cannot fix (wait_connected raises)
+        self._storage_reported = False  # what /error last said: storage failing
 
     def start(self) -> MqttPublisher:
         """Connect in the background (retrying with exponential backoff) and return."""
@@ -165,11 +152,10 @@ class MqttPublisher:
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = self.options.session_expiry_s
         log.info(
-            "MQTT: connecting to %s:%d as %s%s",
-            self.options.host,
-            self.options.port,
+            "MQTT: connecting to %s as %s%s",
+            self._endpoint.where,
             self.client_id,
-            " over TLS" if use_tls(self.options) else "",
+            " over TLS" if self._endpoint.tls else "",
         )
         # clean_start=False: paho's default cleans the first session of every process.
         self._client.connect_async(
@@ -180,50 +166,58 @@ class MqttPublisher:
             properties=props,
         )
         self._client.loop_start()
-        self._pump.start()
+        self._sender.start()
         return self
 
     # -- the Publisher protocol --------------------------------------------------------
 
     def publish(self, transcript: Transcript) -> None:
-        """Commit the transcript to the outbox; it is sent as soon as the broker allows. A
-        partial result is only sent while connected (QoS 0): a late one is worthless."""
+        """Store the transcript (on disk, or in memory while the disk fails); it is sent
+        as soon as the broker allows.  Never raises because of the disk. A partial result
+        is only sent while connected (QoS 0, never stored): a late one is worthless."""
         if transcript.partial:
             self._publish_live(self.topics.partial, msgs.partial_message(transcript, device_id=self.device_id))
             return
         draft = msgs.build_transcript(transcript, device_id=self.device_id, model=self._info["model"],
                                       backend=self._info["backend"])
         message = msgs.finish(draft, now_mono=time.monotonic())
-        entry = self._outbox.append(message)
-        self._wake.set()
+        entry = self._spool.add(message)
+        self._sender.wake()
         log.debug("transcript seq=%d stored", entry.seq)
         if self.options.hermes.enabled:
             self._publish_hermes(message)
 
     def close(self, timeout_s: float) -> None:
-        """Deliver what the outbox holds while connected (up to timeout_s), publish the
-        offline status, disconnect.  Undelivered transcripts stay for the next start."""
+        """Deliver what waits while connected (up to timeout_s), publish the offline
+        status, disconnect.  Undelivered transcripts stay in the outbox for the next start."""
         deadline = time.monotonic() + max(0.0, timeout_s)
-        while self.connected and len(self._outbox) and time.monotonic() < deadline:
+        while self.connected and len(self._spool) and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.connected:
             offline = msgs.dumps(msgs.status_message("offline"))
             info = self._client.publish(self.topics.status, offline, qos=1, retain=True)
             _wait_published(info, min(_CLOSE_ACK_S, max(0.1, deadline - time.monotonic())))
         self._stop.set()
-        self._wake.set()
         self._client.disconnect()
         self._client.loop_stop()
-        if self._pump.is_alive():
-            self._pump.join()
-        left = len(self._outbox)
-        log.info("MQTT: closed; %d transcript(s) left in the outbox for the next start", left)
+        self._sender.stop()
+        self._spool.save_memory()
+        log.info("MQTT: closed; %d transcript(s) left in the outbox for the next start", len(self._spool))
 
     # -- for the daemon and tests ---------------------------------------------------------
 
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    @property
+    def rejected(self) -> int:
+        """Transcripts the broker refused (PUBACK failure)."""
+        return self._sender.rejected
+
+    @property
+    def sender_restarts(self) -> int:
+        return self._sender.restarts
 
     @property
     def metrics(self) -> Callable[[], Mapping[str, Any]] | None:
@@ -247,138 +241,135 @@ class MqttPublisher:
     def flush(self, timeout_s: float) -> bool:
         """Wait until every stored transcript is acknowledged; False on timeout."""
         deadline = time.monotonic() + timeout_s
-        while len(self._outbox):
+        while len(self._spool):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
         return True
 
+    def health(self) -> OutputHealth:
+        state = self._spool.state()
+        failure = self._last_failure
+        return OutputHealth(
+            connected=self.connected,
+            storage_failing=state.failing,
+            storage_error=state.error,
+            waiting=state.depth + state.held_in_memory,
+            held_in_memory=state.held_in_memory,
+            dropped=state.dropped,
+            evicted=state.evicted,
+            rejected=self.rejected,
+            sender_restarts=self.sender_restarts,
+            connect_failure=failure.text if failure else None,
+        )
+
     def stats(self) -> dict[str, Any]:
-        return {**self._outbox.stats(), "rejected": self.rejected, "connected": self.connected}
+        """The counters of /metrics' "outbox" object."""
+        h = self.health()
+        return {
+            "depth": h.waiting - h.held_in_memory,
+            "evicted": h.evicted,
+            "rejected": h.rejected,
+            "connected": h.connected,
+            "memory": h.held_in_memory,
+            "dropped": h.dropped,
+            "storage_failing": h.storage_failing,
+            "sender_restarts": h.sender_restarts,
+            "connect_failure": h.connect_failure,
+        }
 
-    def publish_error(self, error: str, context: str | None = None) -> None:
-        """Report a problem on the /error topic (skipped while disconnected: it is logged anyway)."""
-        message = msgs.error_message(error, device_id=self.device_id, context=context)
-        self._publish_live(self.topics.error, message, qos=1)
+    def publish_error(self, error: str, context: str | None = None, *, resolved: bool = False) -> bool:
+        """Report a problem (or its end) on the /error topic; False while disconnected
+        (it is logged anyway)."""
+        message = msgs.error_message(error, device_id=self.device_id, context=context, resolved=resolved)
+        return self._publish_live(self.topics.error, message, qos=1)
 
-    # -- paho callbacks (paho's network thread) -------------------------------------------
+    # -- paho callbacks (paho's network thread; no disk, no waiting) -----------------------
+
+    def _on_pre_connect(self, client: Any, userdata: Any) -> None:
+        self._connack = False
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        self._connack = True
         if reason.is_failure:
-            self._refused(reason)
+            self._connect_failed(reasons.from_connack(reason, self._endpoint))
             return
-        self._refusal, self._down_logged = None, False
-        with self._lock:
-            self._drain_acks()  # acks of the last connection, before their mids are forgotten
-            client.drop_out_messages()  # replaced by the outbox replay below
-            self._inflight.clear()
-            self._handed = 0
+        self._failure, self._refusal = None, None
+        with self._sender.lock:
+            client.drop_out_messages()  # the sender replays the spool instead
+            self._sender.new_connection()
             self._connected.set()
             online = msgs.status_message("online", **self._info)
             client.publish(self.topics.status, msgs.dumps(online), qos=1, retain=True)
             if self.options.homeassistant.discovery:
                 self._publish_discovery(client)
-            replayed = self._feed()
-        log.info(
-            "MQTT: connected to %s:%d (session present: %s); %d stored transcript(s) sent",
-            self.options.host,
-            self.options.port,
-            "yes" if flags.session_present else "no",
-            replayed,
-        )
-
-    def _refused(self, reason: Any) -> None:
-        where = f"{self.options.host}:{self.options.port}"
-        if reason.value in _AUTH_REFUSALS:
-            user = self.options.username or "(none)"
-            text = (
-                f"mqtt.username/mqtt.password_file: broker {where} refused user {user}: {reason}"
-            )
-        else:
-            text = f"mqtt.host: broker {where} refused the connection: {reason}"
-        if text != self._refusal:
-            log.error("MQTT: %s (retrying with backoff)", text)
-        self._refusal = text
+        present = "yes" if flags.session_present else "no"
+        log.info("MQTT: connected to %s (session present: %s)", self._endpoint.where, present)
 
     def _on_connect_fail(self, client: Any, userdata: Any) -> None:
-        if not self._down_logged:
-            self._down_logged = True
-            log.warning(
-                "MQTT: cannot connect to %s:%d; retrying every %g..%g s, transcripts are kept in the outbox",
-                self.options.host,
-                self.options.port,
-                self.options.reconnect_min_s,
-                self.options.reconnect_max_s,
-            )
+        # paho calls this inside `except OSError:` around reconnect() (loop_forever): the
+        # exception is still being handled, and sys.exc_info() is the only way to it
+        self._connect_failed(reasons.from_exception(sys.exc_info()[1], self._endpoint))
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
         was_connected = self.connected
         self._connected.clear()
-        if was_connected and not self._stop.is_set():
+        if self._stop.is_set():
+            return
+        if was_connected:
             from_broker = flags.is_disconnect_packet_from_server
             cause = f"broker said: {reason}" if from_broker else "network connection closed"
-            log.info("MQTT: connection lost (%s); reconnecting, transcripts are kept in the outbox", cause)
-            self._down_logged = True
+            log.warning("MQTT: connection to %s lost (%s); reconnecting, transcripts are kept",
+                        self._endpoint.where, cause)
+        elif not self._connack:  # after a refused CONNACK paho disconnects too: already told
+            self._connect_failed(reasons.from_early_close(reason, self._endpoint))
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
-        # Runs under paho's message lock: never take self._lock here (the pump holds it
-        # while calling client.publish, which needs paho's lock).
-        self._acks.append((mid, reason))
-        self._wake.set()
+        self._sender.acked(mid, reason)
 
-    # -- the pump (its own thread; also called from _on_connect) ---------------------------
+    def _connect_failed(self, failure: reasons.Failure) -> None:
+        if failure.config:
+            self._refusal = failure.text
+        self._last_failure = failure
+        if failure == self._failure:
+            return  # logged already; paho keeps retrying
+        self._failure = failure
+        o = self.options
+        log.log(failure.level, "MQTT: cannot connect to %s: %s (retrying every %g..%g s; transcripts are kept)",
+                self._endpoint.where, failure.text, o.reconnect_min_s, o.reconnect_max_s)
 
-    def _run_pump(self) -> None:
-        interval = self.options.metrics_interval_s
-        next_metrics = time.monotonic() + interval if interval > 0 else None
-        while not self._stop.is_set():
-            self._wake.wait(_PUMP_IDLE_S)
-            self._wake.clear()
-            with self._lock:
-                self._drain_acks()
-                if self.connected:
-                    self._feed()
-            if next_metrics is not None and time.monotonic() >= next_metrics:
-                next_metrics = time.monotonic() + interval
-                self._publish_metrics()
+    # -- periodic work (the sender thread, supervised there) -------------------------------
 
-    def _drain_acks(self) -> None:
-        """Delete acknowledged transcripts (caller holds self._lock)."""
-        while self._acks:
-            mid, reason = self._acks.popleft()
-            seq = self._inflight.pop(mid, None)
-            if seq is None:
-                continue  # status, error, metrics, discovery: nothing stored
-            if reason.is_failure:
-                self.rejected += 1
-                topic = self.topics.transcript
-                log.error("MQTT: broker rejected transcript seq=%d on %s: %s", seq, topic, reason)
-            self._outbox.remove(seq)
+    def _periodic(self) -> None:
+        self._report_storage()
+        now = time.monotonic()
+        if self._next_metrics is not None and now >= self._next_metrics:
+            self._next_metrics = now + self.options.metrics_interval_s
+            self._publish_metrics()
 
-    def _feed(self) -> int:
-        """Hand waiting transcripts to paho, oldest first (caller holds self._lock)."""
-        room = WINDOW - len(self._inflight)
-        if room <= 0:
-            return 0
-        sent = 0
-        for entry in self._outbox.pending(after_seq=self._handed, limit=room):
-            info = self._client.publish(self.topics.transcript, entry.text, qos=1)
-            if info.rc == self._paho.MQTT_ERR_QUEUE_SIZE:
-                break  # paho's queue is full of other messages; retried on the next wake
-            self._inflight[info.mid] = entry.seq
-            self._handed = entry.seq
-            sent += 1
-        return sent
+    def _report_storage(self) -> None:
+        """Tell /error when storage starts failing and when it recovers (once connected)."""
+        if self._spool.failing == self._storage_reported or not self.connected:
+            return
+        state = self._spool.state()
+        if state.failing:
+            text = f"storage failing: {state.error}; {state.held_in_memory} transcript(s) held in memory"
+        else:
+            text = "storage recovered: transcripts are stored on disk again"
+        if self.publish_error(text, context="outbox", resolved=not state.failing):
+            self._storage_reported = state.failing
 
     # -- other messages ---------------------------------------------------------------------
 
-    def _publish_live(self, topic: str, message: Mapping[str, Any], qos: int = 0) -> None:
+    def _publish_live(self, topic: str, message: Mapping[str, Any], qos: int = 0) -> bool:
         if not self.connected:
             log.debug("MQTT: not connected, %s not published", topic)
-            return
+            return False
         info = self._client.publish(topic, msgs.dumps(message), qos=qos)
         if info.rc == self._paho.MQTT_ERR_QUEUE_SIZE:
             log.warning("MQTT: paho's queue is full, %s not published", topic)
+            return False
+        return True
 
     def _publish_hermes(self, transcript: Mapping[str, Any]) -> None:
         # Live only: a voice command replayed after an outage must not fire late.
@@ -404,10 +395,6 @@ class MqttPublisher:
             return
         values["outbox"] = self.stats()
         self._publish_live(self.topics.metrics, msgs.metrics_message(self.device_id, values))
-
-
-def _opt_str(path: Path | None) -> str | None:
-    return None if path is None else str(path)
 
 
 def _wait_published(info: Any, timeout_s: float) -> bool:

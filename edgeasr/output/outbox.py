@@ -19,17 +19,25 @@ SD card does lose power, and the transcript rate (well under one per second) mak
 extra fsync per commit negligible.  FULL also keeps `seq` from being reissued after a
 power cut.
 
-Thread-safe: one connection guarded by a lock (paho's callbacks delete rows from
-paho's network thread while the pipeline appends from its own).
+Full or failing disk: every method raises OutputError (never a bare sqlite3.Error);
+edgeasr.output.spool holds transcripts in memory meanwhile and later `insert`s them with
+the seq they were given.  While the database cannot be written, `take_seq_in_memory`
+hands out the next numbers and records the highest in a small side file (`outbox.seq`)
+that is overwritten in place: that needs no new disk block, so it works on a full disk,
+and a restart after a crash continues after those numbers instead of issuing them again.
+
+Thread-safe: one connection guarded by a lock (the sender thread deletes rows while the
+pipeline appends from its own).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,6 +46,7 @@ from edgeasr.errors import OutputError
 log = logging.getLogger(__name__)
 
 FILENAME = "outbox.sqlite3"
+SEQ_MARK_SUFFIX = ".seq"  # outbox.seq: the highest seq handed out while the database could not be written
 _BUSY_TIMEOUT_S = 5.0  # another process holding the file (a second daemon) fails after this
 
 _SCHEMA = """
@@ -52,6 +61,13 @@ class Entry(NamedTuple):
     text: str  # the message as published (JSON)
 
 
+def encode(message: Mapping[str, Any], seq: int) -> Entry:
+    """The message with its `seq` set (in place, keeping the key order), as published."""
+    record = dict(message)
+    record["seq"] = seq
+    return Entry(seq, json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+
+
 class Outbox:
     """SQLite-backed FIFO of transcripts awaiting acknowledgement."""
 
@@ -63,6 +79,9 @@ class Outbox:
         self.evicted = 0  # evictions by this process (the all-time total is `evicted_total`)
         self._lock = threading.Lock()
         self._db = self._open(self.path)
+        self._mark = _SeqMark(self.path.with_suffix(SEQ_MARK_SUFFIX))
+        # the last seq issued; above the database's counter after a crash while the disk was full
+        self._last_seq = max(self._counter(self._db, "seq"), self._mark.value)
 
     @classmethod
     def in_state_dir(cls, state_dir: Path, max_items: int) -> Outbox:
@@ -89,32 +108,49 @@ class Outbox:
     def next_seq(self) -> int:
         """Take the next sequence number (durable), for publishers without an outbox row."""
         with self._transaction() as db:
-            return self._take_seq(db)
+            seq = self._take_seq(db)
+        self._issued(seq)
+        return seq
 
     def append(self, message: Mapping[str, Any]) -> Entry:
         """Store `message` with the next `seq` (set in it) and evict the oldest if full."""
         with self._transaction() as db:
-            seq = self._take_seq(db)
-            record = dict(message)
-            record["seq"] = seq
-            text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-            db.execute("INSERT INTO outbox (seq, payload) VALUES (?, ?)", (seq, text))
+            entry = encode(message, self._take_seq(db))
+            db.execute("INSERT INTO outbox (seq, payload) VALUES (?, ?)", entry)
             evicted = self._evict(db)
-        if evicted:
-            self.evicted += evicted
-            log.warning(
-                "outbox full (mqtt.outbox_max=%d): dropped the %d oldest undelivered transcript(s)",
-                self.max_items,
-                evicted,
-            )
-        return Entry(seq, text)
+        self._issued(entry.seq)
+        self._count_evictions(evicted)
+        return entry
+
+    def insert(self, entries: Sequence[Entry]) -> None:
+        """Store entries that already carry their seq (held in memory while the database
+        could not be written), in one transaction; evict the oldest if full."""
+        if not entries:
+            return
+        with self._transaction() as db:
+            db.executemany("INSERT INTO outbox (seq, payload) VALUES (?, ?)", entries)
+            self._raise_seq_counter(db, max(e.seq for e in entries))
+            evicted = self._evict(db)
+        self._count_evictions(evicted)
+
+    def take_seq_in_memory(self) -> int:
+        """The next seq for a transcript the database cannot take now.  The database's
+        counter catches up on its next write; until then the mark file keeps the number
+        from being issued again after a restart (best effort: logged if it fails)."""
+        with self._lock:
+            self._last_seq += 1
+            self._mark.write(self._last_seq)
+            return self._last_seq
+
+    def sync_seq(self) -> None:
+        """Bring the database's seq counter up to the numbers taken in memory (a small
+        write: the spool also uses it to learn that the disk can be written again)."""
+        with self._transaction() as db:
+            self._raise_seq_counter(db, self._last_seq)
 
     def pending(self, after_seq: int = 0, limit: int = 100) -> list[Entry]:
         """Waiting transcripts with seq > after_seq, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, payload FROM outbox WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)
-            ).fetchall()
+        rows = self._read("SELECT seq, payload FROM outbox WHERE seq > ? ORDER BY seq LIMIT ?", after_seq, limit)
         return [Entry(seq, text) for seq, text in rows]
 
     def remove(self, seq: int) -> bool:
@@ -122,14 +158,17 @@ class Outbox:
         with self._transaction() as db:
             return db.execute("DELETE FROM outbox WHERE seq = ?", (seq,)).rowcount > 0
 
+    def remove_all(self, seqs: Iterable[int]) -> None:
+        """Forget delivered transcripts, in one transaction."""
+        with self._transaction() as db:
+            db.executemany("DELETE FROM outbox WHERE seq = ?", ((seq,) for seq in seqs))
+
     def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        return self._read("SELECT COUNT(*) FROM outbox")[0][0]
 
     @property
     def evicted_total(self) -> int:
-        with self._lock:
-            return self._counter(self._db, "evicted")
+        return self._read("SELECT value FROM counters WHERE name = 'evicted'")[0][0]
 
     def stats(self) -> dict[str, int]:
         return {"depth": len(self), "evicted": self.evicted_total}
@@ -137,15 +176,42 @@ class Outbox:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._mark.close()
 
     # -- internals -------------------------------------------------------------------
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._lock, self._db, self.path)
 
+    def _read(self, sql: str, *args: Any) -> list[Any]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise OutputError(f"state_dir: outbox {self.path}: {exc}") from exc
+
     def _take_seq(self, db: sqlite3.Connection) -> int:
-        db.execute("UPDATE counters SET value = value + 1 WHERE name = 'seq'")
+        # MAX: numbers taken in memory (take_seq_in_memory) are never issued again
+        db.execute("UPDATE counters SET value = MAX(value, ?) + 1 WHERE name = 'seq'", (self._last_seq,))
         return self._counter(db, "seq")
+
+    def _issued(self, seq: int) -> None:
+        # after the commit: a rolled-back number is issued again, not skipped (a gap reads as a loss)
+        with self._lock:
+            self._last_seq = max(self._last_seq, seq)
+
+    @staticmethod
+    def _raise_seq_counter(db: sqlite3.Connection, seq: int) -> None:
+        db.execute("UPDATE counters SET value = MAX(value, ?) WHERE name = 'seq'", (seq,))
+
+    def _count_evictions(self, evicted: int) -> None:
+        if evicted:
+            self.evicted += evicted
+            log.warning(
+                "outbox full (mqtt.outbox_max=%d): dropped the %d oldest undelivered transcript(s)",
+                self.max_items,
+                evicted,
+            )
 
     def _evict(self, db: sqlite3.Connection) -> int:
         excess = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] - self.max_items
@@ -160,6 +226,54 @@ class Outbox:
     @staticmethod
     def _counter(db: sqlite3.Connection, name: str) -> int:
         return db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()[0]
+
+
+class _SeqMark:
+    """An 8-byte file holding the highest seq taken in memory.  Created (and synced) while
+    the disk has room; later overwritten in place, which needs no new block on ext4 or
+    tmpfs, so it is still written when the disk is full."""
+
+    _SIZE = 8
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.value = path, 0
+        self._fd: int | None = None
+        self._warned = False
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            log.warning("outbox: cannot create %s (%s): seq may repeat after a crash on a full disk", path, exc)
+            return
+        try:
+            data = os.pread(fd, self._SIZE, 0)
+            if len(data) == self._SIZE:
+                self.value = int.from_bytes(data, "big")
+            else:
+                os.pwrite(fd, bytes(self._SIZE), 0)
+                os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            log.warning("outbox: cannot use %s (%s): seq may repeat after a crash on a full disk", path, exc)
+            return
+        self._fd = fd
+
+    def write(self, seq: int) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.pwrite(self._fd, seq.to_bytes(self._SIZE, "big"), 0)
+            os.fsync(self._fd)
+        except OSError as exc:
+            if not self._warned:  # once: the spool already reports the failing disk
+                log.warning("outbox: cannot write %s (%s): seq may repeat after a crash", self.path, exc)
+                self._warned = True
+            return
+        self.value = seq
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class _Transaction:

@@ -122,14 +122,19 @@ def status_message(state: str, *, version: str = "", model: str = "", backend: s
     return {"state": state, "version": version, "model": model, "backend": backend}
 
 
-def error_message(error: str, *, device_id: str, context: str | None = None) -> dict[str, Any]:
-    """`{prefix}/{device}/error` (the shape of Hermes' hermes/error/asr)."""
-    return {
+def error_message(error: str, *, device_id: str, context: str | None = None,
+                  resolved: bool = False) -> dict[str, Any]:
+    """`{prefix}/{device}/error` (the shape of Hermes' hermes/error/asr); `resolved` marks
+    the message that says a reported problem is over (e.g. storage recovered)."""
+    message: dict[str, Any] = {
         "error": error,
         "context": context,
         "device_id": device_id,
         "time": utc_iso(dt.datetime.now(dt.UTC)),
     }
+    if resolved:
+        message["resolved"] = True
+    return message
 
 
 def metrics_message(device_id: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
