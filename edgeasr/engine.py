@@ -69,7 +69,7 @@ def embedded_default(cache_dir: Path | None = None) -> Path:
 
     log.info("preparing the default model bundle in %s (first use)", root)
     tmp = root.with_name(root.name + ".partial")
-    import_model([DEFAULT_SOURCE], tmp, with_30s=True, force=True)  # 30 s encoder: for bench
+    import_model([DEFAULT_SOURCE], tmp, force=True)  # what the runtime reads (no extras)
     tmp.rename(root)  # atomic: a killed import never leaves a half bundle behind
     return root
 
