@@ -20,9 +20,10 @@ MANIFEST = "manifest.json"
 # 4: per-layer outputs of the cross-attention K/V graph; 5: the step takes the whole
 # self-attention cache buffers and the cached length, so the host binds them once;
 # 6: the vocabulary projection is part of the step (one run per token, no head graph);
-# 7: graphs built from the weights with the onnx package (no torch export): every weight
-# is a named initializer, the int8 graphs quantize every projection, and the fp32 graphs,
-# the Hailo decoder and the 30 s encoder are present only when imported with those extras
+# 7: graphs built node by node from the weights with the onnx package (no torch export),
+# every weight a named initializer; the fp32 graphs, the Hailo decoder and the 30 s encoder
+# are there only when imported with those extras (manifest `extras`), so a reader can no
+# longer count on them
 FORMAT = "edgeasr-bundle/7"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"

@@ -30,8 +30,5 @@ fi
 
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-# torch is pinned in the export extra; install it first on its own so that pip takes the
-# CPU build and never resolves a CUDA one for a dependency.
-.venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0"
-.venv/bin/pip install -q --disable-pip-version-check -e ".[weights,export,systemd,bench,dev]"
+.venv/bin/pip install -q --disable-pip-version-check -e ".[weights,systemd,bench,dev]"
 echo "edgeasr dev environment ready: $(.venv/bin/edgeasr --version 2>/dev/null || echo '(cli not built yet)')"

@@ -17,8 +17,8 @@ from edgeasr.transcriber import Transcriber
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_bundle):
-    return build_transcriber(load_bundle(tiny_bundle), EngineSettings(backend="onnx"))
+def engine(tiny_default_bundle):
+    return build_transcriber(load_bundle(tiny_default_bundle), EngineSettings(backend="onnx"))
 
 
 def clip(dev_dir, name: str) -> np.ndarray:

@@ -55,6 +55,7 @@ def _onnx():
 
 
 def check_extras(extras) -> frozenset[str]:
+    """The extras asked for, or a UsageError naming the unknown ones."""
     unknown = set(extras) - set(EXTRAS)
     if unknown:
         raise UsageError(f"--with: unknown extra {', '.join(sorted(unknown))} (known: {', '.join(EXTRAS)})")

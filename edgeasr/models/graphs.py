@@ -14,6 +14,7 @@ Shapes come from the checkpoint's dims; the graph interfaces (`cross_io_names`,
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from edgeasr.errors import ModelError
@@ -155,22 +156,14 @@ def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
     onnxruntime run: one thread pool that stays awake from token to token (DecoderSession).
     """
     s, d = ckpt.state, ckpt.dims
-    heads, head_dim = d.decoder_heads, d.d_model // d.decoder_heads
     b = GraphBuilder(DECODER_OPSET)
-    inputs, _ = step_io_names(d.decoder_layers)
-    x = b.input("token_embeddings", [NEW_TOKENS_AXIS, d.d_model])
-    offset = b.input("offset", [1], dtype="int64")
-    cross_bias = b.input("cross_bias", [POSITIONS_AXIS])
-    for i in range(d.decoder_layers):
-        b.input(f"self_k{i}", [d.n_text_ctx, d.d_model])
-        b.input(f"self_v{i}", [d.n_text_ctx, d.d_model])
-        b.input(f"cross_k{i}", [heads, head_dim, POSITIONS_AXIS])
-        b.input(f"cross_v{i}", [heads, POSITIONS_AXIS, head_dim])
-    assert [i.name for i in b.inputs] == inputs  # the order DecoderSession and the manifest list
-    b.output("logits", [1, d.n_vocab])
-    for i in range(d.decoder_layers):
-        b.output(f"new_k{i}", [NEW_TOKENS_AXIS, d.d_model])
-        b.output(f"new_v{i}", [NEW_TOKENS_AXIS, d.d_model])
+    inputs, outputs = step_io_names(d.decoder_layers)
+    shapes = _step_shapes(d)
+    for name in inputs:
+        b.input(name, shapes[name], dtype=np.int64 if name == "offset" else np.float32)
+    for name in outputs:
+        b.output(name, shapes[name])
+    x, offset, cross_bias = "token_embeddings", "offset", "cross_bias"
 
     rows, mask = _positions_and_mask(b, x, offset)
     table = b.weight("decoder.embed_positions.weight", s["model.decoder.embed_positions.weight"])
@@ -184,6 +177,21 @@ def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
     # the tied embedding as the projection's [d, V] MatMul weight, stored once
     b.op("MatMul", h, b.weight("proj_out.weight", s["proj_out.weight"].T), out="logits")
     return b.model("whisper_decoder_step")
+
+
+def _step_shapes(d) -> dict[str, list]:
+    """Every input and output of the step graph by name (dynamic axes by their names)."""
+    head_dim = d.d_model // d.decoder_heads
+    shapes = {"token_embeddings": [NEW_TOKENS_AXIS, d.d_model], "offset": [1],
+              "cross_bias": [POSITIONS_AXIS], "logits": [1, d.n_vocab]}
+    for i in range(d.decoder_layers):
+        shapes.update({
+            f"self_k{i}": [d.n_text_ctx, d.d_model], f"self_v{i}": [d.n_text_ctx, d.d_model],
+            f"cross_k{i}": [d.decoder_heads, head_dim, POSITIONS_AXIS],
+            f"cross_v{i}": [d.decoder_heads, POSITIONS_AXIS, head_dim],
+            f"new_k{i}": [NEW_TOKENS_AXIS, d.d_model], f"new_v{i}": [NEW_TOKENS_AXIS, d.d_model],
+        })
+    return shapes
 
 
 def _positions_and_mask(b: GraphBuilder, tokens: str, offset: str) -> tuple[str, str]:
