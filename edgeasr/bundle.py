@@ -21,13 +21,20 @@ VERIFIED = ".verified.json"
 # 2: per-layer decoder cache tensors, separate head and token table; 3: silence rows;
 # 4: per-layer outputs of the cross-attention K/V graph; 5: the step takes the whole
 # self-attention cache buffers and the cached length, so the host binds them once;
-# 6: the vocabulary projection is part of the step (one run per token, no head graph)
-FORMAT = "edgeasr-bundle/6"
+# 6: the vocabulary projection is part of the step (one run per token, no head graph);
+# 7: graphs built node by node from the weights with the onnx package (no torch export),
+# every weight a named initializer; the fp32 graphs, the Hailo decoder and the 30 s encoder
+# are there only when imported with those extras (manifest `extras`), so a reader can no
+# longer count on them
+FORMAT = "edgeasr-bundle/7"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one
 # mean row per silence level (manifest `silence_levels`); the decoder pads with it
 SILENCE_ROLE = "silence_rows"
+# Roles that only a bundle imported with an extra holds (`edgeasr models import --with`)
+EXTRA_ROLES = {"encoder": "fp32 or --with hailo", "decoder_cross": "fp32", "decoder_step": "fp32",
+               "hailo_decoder": "hailo", "encoder_30s": "30s"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,8 @@ class Bundle:
         """The file for a role (encoder, encoder_int8, decoder_step, tokenizer, ...)."""
         entry = self.manifest["files"].get(role)
         if entry is None:
-            raise ModelError(f"{self.root}: the bundle has no {role} file (manifest.json files.{role})")
+            hint = f"; import it with --with {EXTRA_ROLES[role]}" if role in EXTRA_ROLES else ""
+            raise ModelError(f"{self.root}: the bundle has no {role} file (manifest.json files.{role}{hint})")
         return self.root / entry["path"]
 
     def has(self, role: str) -> bool:

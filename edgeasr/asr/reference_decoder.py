@@ -92,7 +92,7 @@ class FullNpuReferenceDecoder:
     def __init__(self, bundle: Bundle, language: str = "en", threads: int = 2) -> None:
         if not bundle.has(GRAPH_ROLE):
             raise ModelError(f"{bundle.root}: no fixed-length Hailo decoder in this bundle "
-                             "(re-import it without --no-hailo-decoder)")
+                             "(import it with --with hailo)")
         self.bundle = bundle
         self.session = ort_session(bundle.path(GRAPH_ROLE), threads)
         self.embedding = TableRows(bundle.path(EMBEDDING_ROLE))  # [V, d], rows on demand

@@ -168,10 +168,10 @@ def _runner(bundle, args, row: str):
 
         if not hailo_available():
             return "no Hailo device here"
-    if row == "30s-fp32" and not bundle.has("encoder_30s"):
-        return "the bundle has no 30 s encoder (import with --with-30s)"
+    if row == "30s-fp32" and not (bundle.has("encoder_30s") and bundle.has("decoder_step")):
+        return "the bundle has no 30 s encoder or fp32 decoder (import with --with fp32,30s)"
     if row == "full-npu-ref" and not bundle.has("hailo_decoder"):
-        return "the bundle has no fixed-length Hailo decoder"
+        return "the bundle has no fixed-length Hailo decoder (import with --with hailo)"
     if row == "faster-whisper":
         run = _faster_whisper(bundle, args)
         return run if run is not None else "faster-whisper needs a CTranslate2 single-file source"

@@ -18,10 +18,10 @@ def register(subparsers) -> None:
     imp.add_argument("--out", type=Path, required=True, metavar="BUNDLE_DIR")
     imp.add_argument("--window-s", type=float, default=10.0,
                      help="encoder window in seconds (default 10; Hailo-8 compiles base only at 5)")
-    imp.add_argument("--with-30s", action="store_true",
-                     help="also export the 30 s encoder (for `edgeasr bench`)")
-    imp.add_argument("--no-hailo-decoder", action="store_true",
-                     help="skip the fixed-length Hailo decoder (the full-NPU benchmark reference)")
+    imp.add_argument("--with", dest="extras", default="", metavar="EXTRAS",
+                     help="comma-separated extras beside the int8 CPU graphs the runtime reads: "
+                     "fp32 (the fp32 CPU graphs), hailo (the Hailo-ready fp32 encoder and the "
+                     "fixed-length Hailo decoder), 30s (the 30 s encoder, for `edgeasr bench`)")
     imp.add_argument("--hef", type=Path, default=None, metavar="FILE",
                      help="an encoder HEF built elsewhere (e.g. Hailo's published Whisper HEFs) for "
                      "these weights: checked as far as HailoRT here allows, copied in and recorded")
@@ -62,8 +62,8 @@ def _import(args: argparse.Namespace) -> int:
         from edgeasr.models.hef_import import precheck_hef
 
         precheck_hef(args.hef, args.window_s)  # a window that cannot fit fails before the import
-    m = import_model(args.sources, args.out, window_s=args.window_s, with_30s=args.with_30s,
-                     hailo_decoder=not args.no_hailo_decoder, force=args.force)
+    extras = [x.strip() for x in args.extras.split(",") if x.strip()]  # checked by import_model
+    m = import_model(args.sources, args.out, window_s=args.window_s, extras=extras, force=args.force)
     total = sum(f["bytes"] for f in m["files"].values())
     print(f"{m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB in {args.out}")
     if args.hef:

@@ -142,7 +142,7 @@ def parse_points(onnx_path: Path) -> tuple[str, str, tuple[int, ...]]:
     try:
         import onnx
     except ImportError as exc:
-        raise ToolMissingError("compile-hef needs the onnx package: pip install 'edgeasr[export]'") from exc
+        raise ToolMissingError("compile-hef needs the onnx package: pip install onnx") from exc
     try:
         g = onnx.load(str(onnx_path), load_external_data=False).graph
     except Exception as exc:  # noqa: BLE001 - protobuf errors for a bad file

@@ -1,9 +1,17 @@
 """`edgeasr models import`: Whisper weights -> a model bundle of ONNX graphs.
 
-Steps: read the checkpoint; export the Hailo-ready encoder (opset 13, static shapes,
-simplified) and its int8 CPU variant; the cross-attention K/V graph and the cached
-decoder step, fp32 and int8; the seeds' fixed-length Hailo decoder; the tokenizer;
-then manifest.json with every number the runtime needs.
+Steps: read the checkpoint; build the encoder, the cross-attention K/V graph and the cached
+decoder step from its weights (`graphs.py`) and quantize them to int8 for the CPU; compute
+the silence rows with the 30 s encoder in onnxruntime; write the token table, the tokenizer
+and manifest.json with every number the runtime needs.
+
+The default bundle holds what the runtime reads (the int8 graphs, the token table, the
+silence rows, the tokenizer). Extras add graphs for other uses:
+- fp32: encoder.onnx, decoder_cross.onnx, decoder_step.onnx (precision fp32, weight dumps);
+- hailo: the Hailo-ready fp32 encoder.onnx (lint-hailo, compile-hef) and hailo_decoder.onnx
+  (the full-NPU reference decoder);
+- 30s: encoder_30s.onnx (the benchmark's 30 s reference row).
+Only numpy, onnx and onnxruntime are needed, so a device can import from its own packages.
 """
 
 from __future__ import annotations
@@ -14,7 +22,6 @@ import logging
 import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,33 +29,37 @@ import numpy as np
 from edgeasr import __version__
 from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
-from edgeasr.errors import ModelError, OutputError, ToolMissingError
+from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
 from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
-from edgeasr.models.hailo_decoder import KEPT_AS_IS, export_hailo_decoder, write_token_table
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16_000  # Whisper's front end: 16 kHz, 25 ms window, 10 ms hop
 N_FFT = 400
 HOP_LENGTH = 160
-ENCODER_OPSET = 13  # what the Hailo DFC parser accepts
-DECODER_OPSET = 17  # CPU only: native LayerNormalization
 SILENCE_ROWS = "silence_rows.npy"
 # log-mel values of silence to compute rows for: from zero audio unclamped up past the
 # loudest recordings' clamp level (8 decades below their maximum)
 SILENCE_STEP = 0.1
 SILENCE_COUNT = 16
+EXTRAS = ("fp32", "hailo", "30s")
 
 
-def _torch():
+def _onnx():
     try:
         import onnx  # noqa: F401
-        import torch  # noqa: F401
     except ImportError as exc:
         raise ToolMissingError(
-            f"model export needs the export extra ({exc.name} is missing): pip install 'edgeasr[export]'"
+            f"model import needs the onnx package ({exc.name} is missing): pip install onnx"
         ) from exc
-    return torch
+
+
+def check_extras(extras) -> frozenset[str]:
+    """The extras asked for, or a UsageError naming the unknown ones."""
+    unknown = set(extras) - set(EXTRAS)
+    if unknown:
+        raise UsageError(f"--with: unknown extra {', '.join(sorted(unknown))} (known: {', '.join(EXTRAS)})")
+    return frozenset(extras)
 
 
 def special_tokens(tokenizer_json: Path, n_vocab: int) -> dict:
@@ -86,52 +97,41 @@ def special_tokens(tokenizer_json: Path, n_vocab: int) -> dict:
     }
 
 
-def _export(torch, module, args: tuple, path: Path, inputs: list[str], outputs: list[str],
-            opset: int, dynamic_axes: dict | None = None) -> None:
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module.eval(), args, str(path), input_names=inputs, output_names=outputs,
-            opset_version=opset, dynamic_axes=dynamic_axes, do_constant_folding=True, dynamo=False,
-        )
-
-
-def _simplify(path: Path) -> None:
-    import onnx
-    from onnxsim import simplify
-
-    # keep one MatMul per projection (no q/k/v fusion, no MatMul+Add -> Gemm rewrites):
-    # the graph stays the shape the Hailo DFC's parser and our weight naming expect
-    model, ok = simplify(onnx.load(str(path)), skipped_optimizers=list(KEPT_AS_IS))
-    if not ok:
-        raise ModelError(f"{path.name}: onnxsim could not validate the simplified graph")
-    # onnxsim leaves some weights in Constant nodes; parsers (the Hailo DFC's among them)
-    # expect weights as initializers
-    graph = model.graph
-    for node in [n for n in graph.node if n.op_type == "Constant" and n.attribute[0].name == "value"]:
-        tensor = onnx.TensorProto()
-        tensor.CopyFrom(node.attribute[0].t)
-        tensor.name = node.output[0]
-        graph.initializer.append(tensor)
-        graph.node.remove(node)
-    onnx.save(model, str(path))
-
-
-def _quantize(src: Path, dst: Path) -> None:
+def quantize(model, dst: Path) -> None:
+    """int8 weights for every MatMul with a constant weight, activations quantized at run time
+    (onnxruntime's dynamic quantization). `model` may be changed in place: save it first."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer logs every tensor (and advice) on the root logger
     try:
-        quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul"],
-                         weight_type=QuantType.QInt8)
+        quantize_dynamic(model, str(dst), op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
     finally:
         root.setLevel(level)
 
 
+def silence_rows(encoder_30s, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
+    """Per silence level, the 30 s encoder's mean output past the window for an input that
+    holds only that level: what the decoder saw there in training (`decoding.SilenceRows`)."""
+    import onnxruntime as ort
+
+    d = ckpt.dims
+    levels = [round(SILENCE + i * SILENCE_STEP, 3) for i in range(SILENCE_COUNT)]
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(encoder_30s.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rows = []
+    for level in levels:
+        mel = np.full((1, 1, 2 * d.n_audio_ctx, d.n_mels), level, np.float32)
+        features = session.run(None, {"mel": mel})[0]
+        rows.append(features[0, n_positions:].mean(0))
+    np.save(out / SILENCE_ROWS, np.stack(rows).astype(np.float32))
+    return levels
+
+
 class _Steps:
-    """Numbered export steps with timings; a progress bar when stderr is a terminal."""
+    """Numbered import steps with timings; a progress bar when stderr is a terminal."""
 
     def __init__(self, total: int) -> None:
         from tqdm import tqdm
@@ -139,10 +139,10 @@ class _Steps:
         self.bar = tqdm(total=total, unit="step", disable=not sys.stderr.isatty(), file=sys.stderr)
         self.timings: dict[str, float] = {}
 
-    def run(self, name: str, fn, *args):
+    def run(self, name: str, fn, *args, **kwargs):
         self.bar.set_description(name)
         t0 = time.monotonic()
-        out = fn(*args)
+        out = fn(*args, **kwargs)
         self.timings[name] = round(time.monotonic() - t0, 2)
         log.info("%s: %.1f s", name, self.timings[name])
         self.bar.update()
@@ -150,23 +150,6 @@ class _Steps:
 
     def close(self) -> None:
         self.bar.close()
-
-
-def silence_rows(torch, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
-    """Per silence level, the 30 s encoder's mean output past the window for an input that
-    holds only that level: what the decoder saw there in training (`decoding.SilenceRows`)."""
-    from edgeasr.models import torch_whisper as tw
-
-    d = ckpt.dims
-    levels = [round(SILENCE + i * SILENCE_STEP, 3) for i in range(SILENCE_COUNT)]
-    encoder = tw.Encoder(ckpt, 2 * d.n_audio_ctx)
-    rows = []
-    with torch.no_grad():
-        for level in levels:
-            features = encoder(torch.full((1, 1, 2 * d.n_audio_ctx, d.n_mels), level))
-            rows.append(features[0, n_positions:].mean(0).numpy())
-    np.save(out / SILENCE_ROWS, np.stack(rows).astype(np.float32))
-    return levels
 
 
 def _prepare_out(out: Path, force: bool) -> None:
@@ -181,15 +164,19 @@ def _prepare_out(out: Path, force: bool) -> None:
         raise OutputError(f"{out}: cannot write the bundle here ({exc.strerror})") from exc
 
 
-def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s: bool = False,
-                 hailo_decoder: bool = True, force: bool = False) -> dict:
-    """Build a bundle in `out`; returns the manifest."""
-    torch = _torch()
-    from edgeasr.models import torch_whisper as tw
+def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(),
+                 force: bool = False) -> dict:
+    """Build a bundle in `out` with the default files plus `extras` (see EXTRAS); returns
+    the manifest."""
+    _onnx()
+    from edgeasr.models import graphs
+    from edgeasr.models.hailo_decoder import export_hailo_decoder, write_token_table
+    from edgeasr.models.onnx_builder import save
 
+    extras = check_extras(extras)
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=10 + int(with_30s))
+    steps = _Steps(total=7)
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -199,72 +186,41 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
     n_positions = n_frames // 2
     files: dict[str, str] = {}
 
-    def encoder(frames: int, name: str) -> None:
-        mel = torch.zeros(1, 1, frames, d.n_mels)
-        _export(torch, tw.Encoder(ckpt, frames), (mel,), out / name, ["mel"], ["audio_features"],
-                ENCODER_OPSET)
-        _simplify(out / name)
+    def cpu_graph(role: str, build, *args, keep_fp32: bool) -> None:
+        """Build a graph, save it in fp32 when that is wanted, then its int8 variant."""
+        model = build(ckpt, *args)
+        if keep_fp32:
+            save(model, out / f"{role}.onnx")
+            files[role] = f"{role}.onnx"
+        quantize(model, out / f"{role}.int8.onnx")  # after saving: it may change the model
+        files[f"{role}_int8"] = f"{role}.int8.onnx"
 
-    steps.run("encoder", encoder, n_frames, "encoder.onnx")
-    files["encoder"] = "encoder.onnx"
-    steps.run("encoder int8", _quantize, out / "encoder.onnx", out / "encoder.int8.onnx")
-    files["encoder_int8"] = "encoder.int8.onnx"
-    if with_30s:
-        full = d.n_audio_ctx * 2
-        steps.run("encoder 30 s", encoder, full, "encoder_30s.onnx")
-        files["encoder_30s"] = "encoder_30s.onnx"
+    def silence() -> list[float]:
+        encoder_30s = graphs.encoder(ckpt, 2 * d.n_audio_ctx)
+        if "30s" in extras:
+            save(encoder_30s, out / "encoder_30s.onnx")
+            files["encoder_30s"] = "encoder_30s.onnx"
+        files[SILENCE_ROLE] = SILENCE_ROWS
+        return silence_rows(encoder_30s, ckpt, n_positions, out)
 
-    levels = steps.run("silence rows", silence_rows, torch, ckpt, n_positions, out)
-    files[SILENCE_ROLE] = SILENCE_ROWS
-
-    L = d.decoder_layers
-    feats = torch.zeros(1, n_positions, d.d_model)
-
-    cross_outputs = tw.cross_io_names(L)
-    # cross_k{i} [H, dh, T], cross_v{i} [H, T, dh]: outputs of one graph, inputs of the next
-    cross_axes = {name: {2 if name.startswith("cross_k") else 1: "positions"} for name in cross_outputs}
-
-    def cross_kv() -> None:
-        _export(torch, tw.CrossKV(ckpt), (feats,), out / "decoder_cross.onnx", ["audio_features"],
-                cross_outputs, DECODER_OPSET, {"audio_features": {1: "positions"}, **cross_axes})
-        _simplify(out / "decoder_cross.onnx")
-
-    steps.run("cross-attention K/V", cross_kv)
-    files["decoder_cross"] = "decoder_cross.onnx"
-    steps.run("cross-attention K/V int8", _quantize, out / "decoder_cross.onnx",
-              out / "decoder_cross.int8.onnx")
-    files["decoder_cross_int8"] = "decoder_cross.int8.onnx"
-
-    step_inputs, step_outputs = tw.step_io_names(L)
-
-    def step(quantized: bool, name: str) -> None:
-        with torch.no_grad():
-            cross = tw.CrossKV(ckpt)(feats)
-        cache = torch.zeros(d.n_text_ctx, d.d_model)  # whole buffers, 3 positions cached
-        per_layer = [t for i in range(L) for t in (cache, cache, cross[2 * i], cross[2 * i + 1])]
-        args = (torch.zeros(2, d.d_model), torch.tensor([3]), torch.zeros(n_positions), *per_layer)
-        dyn = {"token_embeddings": {0: "n"}, "cross_bias": {0: "positions"}, **cross_axes}
-        for i in range(L):
-            dyn.update({f"new_k{i}": {0: "n"}, f"new_v{i}": {0: "n"}})
-        target = out / (name + ".tmp" if quantized else name)
-        _export(torch, tw.DecoderStep(ckpt), args, target, step_inputs, step_outputs, DECODER_OPSET, dyn)
-        if quantized:
-            _quantize(target, out / name)
-            target.unlink()
-
-    ckpt_tokens = special_tokens(ckpt.tokenizer_json, d.n_vocab)
-    steps.run("decoder step", step, False, "decoder_step.onnx")
-    files["decoder_step"] = "decoder_step.onnx"
-    steps.run("decoder step int8", step, True, "decoder_step.int8.onnx")
-    files["decoder_step_int8"] = "decoder_step.int8.onnx"
-
-    if hailo_decoder:  # it writes the token table too (its host looks rows up as well)
+    # the fp32 encoder is the Hailo-ready one: the hailo extra needs it as much as fp32 does
+    steps.run("encoder", cpu_graph, "encoder", graphs.encoder, n_frames,
+              keep_fp32=bool(extras & {"fp32", "hailo"}))
+    levels = steps.run("30 s encoder and silence rows", silence)
+    steps.run("cross-attention K/V", cpu_graph, "decoder_cross", graphs.decoder_cross,
+              keep_fp32="fp32" in extras)
+    steps.run("decoder step", cpu_graph, "decoder_step", graphs.decoder_step,
+              keep_fp32="fp32" in extras)
+    if "hailo" in extras:  # it writes the token table too (its host looks rows up as well)
         files.update(steps.run("Hailo decoder (fixed length) and token table", export_hailo_decoder,
                                ckpt, out, n_positions))
     else:
         files.update(steps.run("token table", write_token_table, ckpt, out))
     shutil.copyfile(ckpt.tokenizer_json, out / "tokenizer.json")
     files["tokenizer"] = "tokenizer.json"
+
+    cross_outputs = graphs.cross_io_names(d.decoder_layers)
+    step_inputs, step_outputs = graphs.step_io_names(d.decoder_layers)
 
     def manifest() -> dict:
         m = {
@@ -273,6 +229,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
             "edgeasr_version": __version__,
             "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "source": ckpt.source,
+            "extras": sorted(extras),
             "model": {
                 "multilingual": d.multilingual, "n_vocab": d.n_vocab, "d_model": d.d_model,
                 "encoder_layers": d.encoder_layers, "decoder_layers": d.decoder_layers,
@@ -284,7 +241,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, with_30s
                 "n_mels": d.n_mels, "window_s": window_s, "n_frames": n_frames,
                 "n_positions": n_positions,
             },
-            "tokens": ckpt_tokens,
+            "tokens": special_tokens(ckpt.tokenizer_json, d.n_vocab),
             "suppress_tokens": ckpt.suppress_tokens,
             "begin_suppress_tokens": ckpt.begin_suppress_tokens,
             "alignment_heads": ckpt.alignment_heads,

@@ -11,7 +11,7 @@ Rules and where they come from:
 - static shapes: every graph input/output and every tensor after onnx.shape_inference has a
   fixed shape (the HEF is compiled for one shape).
 - no 1-D convolutions: the DFC has none; Whisper's Conv1d(k=3) must be Conv2d(k=(1,3)) on a
-  height-1 image, as hailo-whisper's hailo-compatibility-changes.patch and our torch_whisper do.
+  height-1 image, as hailo-whisper's hailo-compatibility-changes.patch and our graphs.py do.
 - NHWC input: one rank-4 input [1, 1, n_frames, n_mels] (batch 1, height 1, mels as channels),
   the layout edgeasr.asr.features produces and Hailo's Whisper app feeds the encoder HEF.
 - supported ops: HAILO_ONNX_OPS below, the ONNX operators the DFC's parser maps to Hailo
@@ -264,7 +264,7 @@ class DynamicShapeRule:
                     node.name,
                     node.op_type,
                     self.name,
-                    f"{node.op_type} depends on run-time shapes or values; fold it (onnxsim) or remove it",
+                    f"{node.op_type} depends on run-time shapes or values; fold it into a constant or remove it",
                 )
                 continue
             for i in SHAPE_INPUTS.get(node.op_type, ()):
@@ -294,7 +294,7 @@ def _onnx():
     try:
         import onnx
     except ImportError as exc:
-        raise ToolMissingError("lint-hailo needs the onnx package: pip install 'edgeasr[export]'") from exc
+        raise ToolMissingError("lint-hailo needs the onnx package: pip install onnx") from exc
     return onnx
 
 

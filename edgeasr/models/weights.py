@@ -11,8 +11,8 @@ Tensors that cannot be quantised (integer shape constants, values such as the ca
 mask's -inf) are written as they are, and so are vectors (biases, norms) in int8.
 manifest.json lists each tensor once with its shape, dtypes, bytes and round-trip error
 (max abs, relative RMS) plus totals.
-Exporters leave some weights without a name (onnx::MatMul_123, _v_45); those are named
-after what consumes them (see `attribute`). numpy + onnx only: no torch.
+Every initializer carries the checkpoint's name (edgeasr.models.onnx_builder), so the
+files are laid out by those names (see `layout`). numpy + onnx only.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ MANIFEST = "manifest.json"
 DTYPES = ("bf16", "int8")
 GRAPH_ROLES = ("encoder", "encoder_30s", "decoder_cross", "decoder_step", "hailo_decoder")
 INT8_MAX = 127  # symmetric int8: -127..127, no -128, so dequantisation is odd-symmetric
-_GENERATED = re.compile(r"^(onnx::|_v_|/|\d)")  # names exporters and simplifiers make up
-_WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
+STACKS = ("encoder.", "decoder.")  # name prefixes the graph's role already states
 
 
 @dataclass
@@ -61,141 +60,15 @@ class TensorRecord:
 # ---------------------------------------------------------------- naming
 
 
-def _is_generated(name: str) -> bool:
-    return bool(_GENERATED.match(name)) or "::" in name
+def layout(graph_name: str, name: str) -> tuple[list[str], int | None]:
+    """'decoder.layers.0.self_attn.q_proj.weight' in decoder_step ->
+    ([decoder_step, 'layer_0', 'self_attn', 'q_proj', 'weight'], 0).
 
-
-def _scope(node_name: str) -> str | None:
-    """'/layers.0/k/MatMul' -> '/layers.0/k'; unscoped names ('Gemm_2') -> None."""
-    return node_name.rsplit("/", 1)[0] if node_name.startswith("/") and node_name.count("/") > 1 else None
-
-
-def _split_suffix(scope: str) -> tuple[str, str, str]:
-    """'/layers.0/k_1' -> ('/layers.0', 'k', '_1')."""
-    parent, leaf = scope.rsplit("/", 1)
-    m = re.fullmatch(r"(.*?)(_\d+)?", leaf)
-    return parent, m.group(1), m.group(2) or ""
-
-
-def attribute(graph) -> dict[str, str]:
-    """A dotted module-style name for every initializer (named ones keep theirs).
-
-    An unnamed weight of a MatMul/Gemm/Conv takes its bias's module (`x.bias` on the
-    node or on the Add after it -> `x.weight`); a fused q/k/v weight (MatMul -> Split,
-    onnxsim's fuse_qkv) the biases' parent module (`attn.qkv.weight`); else the module of
-    a sibling projection reading the same activation in the same scope (k beside q and v);
-    else the graph output it computes, or the consuming node's name and input slot.
-    """
-    consumers: dict[str, list] = defaultdict(list)
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            consumers[name].append((node, i))
-    inits = [t.name for t in graph.initializer]
-    names = {n: n for n in inits if not _is_generated(n)}
-    weight_of: dict[str, str] = {}  # node name -> resolved module path of its weight
-    for n, path in names.items():
-        for node, i in consumers[n]:
-            if node.op_type in _WEIGHT_OPS and path.endswith(".weight") and i == 1:
-                weight_of[node.name] = path[: -len(".weight")]
-    pending = [n for n in inits if n not in names]
-    for n in pending:
-        module = _bias_module(n, consumers, names) or _fused_module(n, consumers, names)
-        if module:
-            names[n] = module + ".weight"
-            weight_of[consumers[n][0][0].name] = module
-    for n in pending:
-        if n not in names:
-            module = _sibling_module(n, consumers, weight_of)
-            outputs = {o.name for o in graph.output}
-            names[n] = module + ".weight" if module else _by_consumer(n, consumers, outputs)
-    return _unique(names, inits)
-
-
-def _weight_node(name: str, consumers: dict):
-    uses = consumers.get(name, [])
-    if len(uses) == 1 and uses[0][0].op_type in _WEIGHT_OPS and uses[0][1] == 1:
-        return uses[0][0]
-    return None
-
-
-def _biases_after(value: str, consumers: dict, names: dict[str, str]) -> list[str]:
-    """Modules of the named biases added to `value` (`x.bias` -> `x`)."""
-    found = [names.get(x, "") for add, _ in consumers.get(value, []) if add.op_type == "Add"
-             for x in add.input]
-    return [f[: -len(".bias")] for f in found if f.endswith(".bias")]
-
-
-def _bias_module(name: str, consumers: dict, names: dict[str, str]) -> str | None:
-    node = _weight_node(name, consumers)
-    if node is None:
-        return None
-    if len(node.input) > 2 and names.get(node.input[2], "").endswith(".bias"):
-        return names[node.input[2]][: -len(".bias")]
-    found = [m for out in node.output for m in _biases_after(out, consumers, names)]
-    return found[0] if found else None
-
-
-def _fused_module(name: str, consumers: dict, names: dict[str, str]) -> str | None:
-    node = _weight_node(name, consumers)
-    uses = consumers.get(node.output[0], []) if node is not None else []
-    if len(uses) != 1 or uses[0][0].op_type != "Split":
-        return None
-    split = uses[0][0]
-    modules = [m for out in split.output for m in _biases_after(out, consumers, names)]
-    parents = {m.rsplit(".", 1)[0] for m in modules}
-    if len(parents) != 1:
-        return None
-    leaves = {m.rsplit(".", 1)[1] for m in modules}
-    qkv = len(split.output) == 3 and leaves <= {"q", "k", "v"}
-    fused = "qkv" if qkv else "_".join(sorted(leaves)) + "_fused"
-    return f"{parents.pop()}.{fused}"
-
-
-def _sibling_module(name: str, consumers: dict, weight_of: dict[str, str]) -> str | None:
-    node = _weight_node(name, consumers)
-    scope = _scope(node.name) if node is not None else None
-    if scope is None:
-        return None
-    parent, leaf, suffix = _split_suffix(scope)
-    found = set()
-    for other, _ in consumers.get(node.input[0], []):
-        s = _scope(other.name)
-        if other is node or s is None or other.name not in weight_of:
-            continue
-        o_parent, _, o_suffix = _split_suffix(s)
-        if (o_parent, o_suffix) == (parent, suffix):
-            found.add(weight_of[other.name].rsplit(".", 1)[0])
-    return f"{found.pop()}.{leaf}" if len(found) == 1 else None
-
-
-def _by_consumer(name: str, consumers: dict, graph_outputs: set[str]) -> str:
-    uses = consumers.get(name, [])
-    if not uses:
-        return f"unused.{name}"
-    node, i = uses[0]
-    if node.op_type in _WEIGHT_OPS and i == 1 and node.output[0] in graph_outputs:
-        return f"{node.output[0]}.weight"  # e.g. the output projection: logits.weight
-    return f"{node.name.strip('/').replace('/', '.')}.in{i}"
-
-
-def _unique(names: dict[str, str], order: list[str]) -> dict[str, str]:
-    seen: set[str] = set()
-    out = {}
-    for n in order:
-        base = candidate = names[n]
-        k = 2
-        while candidate in seen:
-            candidate, k = f"{base}_{k}", k + 1
-        seen.add(candidate)
-        out[n] = candidate
-    return out
-
-
-def layout(graph_name: str, dotted: str) -> tuple[list[str], int | None]:
-    """'layers.0.self_attn.q.weight' -> ([graph, 'layer_0', 'self_attn', 'q', 'weight'], 0).
-
-    The first `<list>.<index>` pair (layers.0, proj.3) is the layer."""
-    parts = [p for p in re.split(r"[./]", dotted) if p]
+    The graph already says which stack a weight belongs to, so a leading `encoder.` or
+    `decoder.` is dropped; the first `<list>.<index>` pair (layers.0) is the layer."""
+    for stack in STACKS:
+        name = name.removeprefix(stack)
+    parts = [p for p in re.split(r"[./]", name) if p]
     layer = None
     for j in range(len(parts) - 1):
         if parts[j + 1].isdigit() and not parts[j].isdigit():
@@ -291,8 +164,8 @@ def _write(out: Path, parts: list[str], x: np.ndarray,
     return rel, scale_rel, from_int8(q, scale), q.nbytes + scale.nbytes
 
 
-def _record(graph: str, onnx_name: str, dotted: str, x: np.ndarray, out: Path, dtype: str) -> TensorRecord:
-    parts, layer = layout(graph, dotted)
+def _record(graph: str, onnx_name: str, x: np.ndarray, out: Path, dtype: str) -> TensorRecord:
+    parts, layer = layout(graph, onnx_name)
     kept = _kept_because(x, dtype)
     rel, scale_rel, back, nbytes = _write(out, parts, x, None if kept else dtype)
     err_sq = ref_sq = max_abs = rel_rms = 0.0
@@ -365,10 +238,8 @@ def dump_weights(bundle_dir: Path, dtype: str, out: Path) -> dict:
     records: list[TensorRecord] = []
     for role in (r for r in GRAPH_ROLES if bundle.has(r)):
         graph = onnx.load(str(bundle.path(role))).graph
-        names = attribute(graph)
         for init in graph.initializer:
-            x = numpy_helper.to_array(init)
-            records.append(_record(role, init.name, names[init.name], x, out, dtype))
+            records.append(_record(role, init.name, numpy_helper.to_array(init), out, dtype))
     manifest = {
         "format": FORMAT,
         "bundle": str(bundle.root),
