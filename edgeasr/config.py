@@ -325,7 +325,7 @@ def _build(cls: type, data: Any, prefix: str, paths: _Paths) -> Any:
     kwargs = {}
     for name, value in data.items():
         key, kind = prefix + name, hints[name]
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             if value is not None:  # an empty section in YAML is null
                 kwargs[name] = _build(kind, value, key + ".", paths)
         elif value is None and known[name].default is dataclasses.MISSING:

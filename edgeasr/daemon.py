@@ -46,6 +46,7 @@ def open_source(cfg: Config) -> AudioSource:
     if i.source == "file":
         from edgeasr.audio.sources import FileSource
 
+        assert i.path is not None  # load_config requires it for a file source
         return FileSource(i.path, i.realtime, i.block_ms)
     if i.source == "stdin":
         from edgeasr.audio.sources import StdinSource

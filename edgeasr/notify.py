@@ -11,6 +11,7 @@ the service after WatchdogSec, which is the point of having a watchdog at all.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -27,10 +28,7 @@ SYSLOG_IDENTIFIER = "edgeasr"
 
 def _systemd(module: str) -> Any:
     try:
-        if module == "daemon":
-            from systemd import daemon as mod
-        else:
-            from systemd import journal as mod
+        mod = importlib.import_module(f"systemd.{module}")  # daemon or journal
     except ImportError as exc:
         raise ToolMissingError(
             "systemd-python is not installed but the service runs under systemd "

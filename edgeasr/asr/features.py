@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -90,7 +91,7 @@ class MelSpec:
         return self.n_fft // 2
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+def _hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
     hz = np.asarray(hz, dtype=np.float64)
     octaves = np.log(np.maximum(hz, _SLANEY_LOG_HZ) / _SLANEY_LOG_HZ)
     log_part = _SLANEY_LOG_MEL + octaves / _SLANEY_LOG_STEP
@@ -144,7 +145,7 @@ def _frame_view(padded: np.ndarray, spec: MelSpec) -> np.ndarray:
     return sliding_window_view(padded, spec.n_fft)[:: spec.hop_length]
 
 
-def normalised(log10_power: float) -> float:
+def normalised(log10_power: Any) -> Any:
     """A log10 power as the encoder sees it (before the clamp)."""
     return (log10_power + NORM_OFFSET) / NORM_SCALE
 

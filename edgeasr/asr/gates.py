@@ -27,7 +27,8 @@ class WindowStats:
 
 
 class Gate(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def fails(self, s: WindowStats) -> bool: ...
 

@@ -161,7 +161,7 @@ class MicSource:
         self._produced = 0  # 16 kHz samples accounted for (delivered + gaps)
         self._last_t_mono: float | None = None
         self._stream: Any = None
-        self._ring: _Ring | None = None
+        self._ring = _Ring(1)  # replaced by _open, before the first callback
         self._lost_reason: str | None = None
         self._retry_at = 0.0
         self._retry_delay = retry_min_s
@@ -217,8 +217,7 @@ class MicSource:
         self._finished = threading.Event()
         self._native_index = 0  # frames produced by this stream (callback side)
         self._expect = 0  # next native index the consumer expects
-        if self._ring is not None:
-            self._drops_before += self._ring.drops
+        self._drops_before += self._ring.drops
         self.samplerate = rate
         self._ring = _Ring(max(1, int(self._ring_s * rate)))  # before the callback can run
         self._resampler = (

@@ -10,6 +10,7 @@ import logging
 import queue
 import threading
 import time
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -195,7 +196,7 @@ class StdinSource:
         if isinstance(item, AudioError):
             self._ended = True
             raise item
-        samples, t_mono = item  # type: ignore[misc]
+        samples, t_mono = typing.cast(tuple[np.ndarray, float], item)
         chunk = AudioChunk(samples=samples, start_sample=self._produced, t_mono=t_mono)
         self._produced += len(samples)
         return chunk

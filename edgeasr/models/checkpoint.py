@@ -63,7 +63,7 @@ def _package_dirs(name: str) -> list[Path]:
     except importlib.metadata.PackageNotFoundError:
         return []
     dirs = {
-        Path(dist.locate_file(f)).parent
+        Path(str(dist.locate_file(f))).parent
         for f in dist.files or []
         if re.fullmatch(r"model\.bin(\.part\d+)?|config\.json", Path(str(f)).name)
     }
@@ -256,7 +256,8 @@ def _load_hf(root: Path, files: dict[str, Path]) -> Checkpoint:
         except Exception as exc:  # safetensors raises its own SafetensorError
             raise ModelError(f"{shard}: cannot read safetensors ({exc})") from exc
     state = {k: np.ascontiguousarray(a, dtype=np.float32) for k, a in state.items()}
-    state.setdefault("proj_out.weight", state.get("model.decoder.embed_tokens.weight"))
+    if "proj_out.weight" not in state and "model.decoder.embed_tokens.weight" in state:
+        state["proj_out.weight"] = state["model.decoder.embed_tokens.weight"]  # tied
     try:
         dims = Dims(
             n_mels=config["num_mel_bins"],

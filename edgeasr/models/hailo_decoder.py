@@ -85,8 +85,7 @@ def hailo_decoder(ckpt: Checkpoint, n_positions: int, n_tokens: int) -> onnx.Mod
     x = b.op("Reshape", x, b.ints("shape.flat", [1, d.d_model, n_tokens]))
     x = b.op("Transpose", x, perm=[0, 2, 1])
     # -inf strictly above the diagonal: position i sees tokens 0..i
-    mask = np.triu(np.full((n_tokens, n_tokens), -np.inf, np.float32), 1)
-    mask = b.weight("decoder.causal_mask", mask)
+    mask = b.weight("decoder.causal_mask", np.triu(np.full((n_tokens, n_tokens), -np.inf, np.float32), 1))
     for i in range(d.decoder_layers):
         with b.scope(f"layers.{i}"):
             x = _layer(b, x, features, ckpt, f"model.decoder.layers.{i}", mask, n_tokens, n_positions)

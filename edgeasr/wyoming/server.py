@@ -131,6 +131,7 @@ class WyomingServer:
         self.loop.run_forever()
 
     async def _listen(self) -> None:
+        assert self.options.uri is not None  # checked in __init__
         self._server = AsyncServer.from_uri(self.options.uri)
         await self._server.start(lambda reader, writer: _Handler(reader, writer, self))
         if self.options.zeroconf:

@@ -30,7 +30,7 @@ from edgeasr.errors import EdgeAsrError
 from edgeasr.stages import SAMPLE_RATE, SpeechDetector
 from edgeasr.worker import Job, Lane, LaneFull
 
-SAMPLE_TYPES = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
+SAMPLE_TYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
 FULL_SCALE = {1: 128.0, 2: 32768.0, 4: 2147483648.0}
 INT16_SCALE = 32767.0
 
