@@ -139,8 +139,8 @@ def test_sigkill_then_restart_delivers_every_transcript(tiny_default_bundle, dev
     daemon.communicate()
     assert len(produced) >= 3
     mosquitto.start()
-    short = tmp_path / "short.wav"
-    sf.write(short, np.zeros(16000, np.int16), 16000)
+    short = tmp_path / "short.wav"  # a second of faint hiss: audio, but nothing to say
+    sf.write(short, np.random.default_rng(0).integers(-3, 4, 16000).astype(np.int16), 16000)
     settings.update({"input.path": short, "input.realtime": False, "output.stdout": False})
     restarted = start_daemon(write_config(tmp_path / "b.yaml", settings))
     finish(restarted, 60)

@@ -35,6 +35,7 @@ ACCEPTED_EXPOSURES = {
     "PrivateNetwork=": "MQTT to a broker that may be on another host",
     "RestrictAddressFamilies=~AF_(INET|INET6)": "MQTT over TCP",
     "RestrictAddressFamilies=~AF_UNIX": "sd_notify, journald and HailoRT's service socket",
+    "RestrictAddressFamilies=~AF_NETLINK": "zeroconf lists the network interfaces to announce the Wyoming server",
     "IPAddressDeny=": "the broker's address is configuration, unknown to the unit",
     "PrivateDevices=": "ALSA capture devices and /dev/hailo0",
     "DeviceAllow=": "char-alsa rw, /dev/hailo0 rw (char-rtc r comes with ProtectClock=)",
@@ -63,14 +64,15 @@ def unit_settings(unit: Path = UNIT) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def staged_root(tmp_path_factory) -> Path:
     """A root for `systemd-analyze verify --root`: the system's units, ours, and an
-    executable at ExecStart's path (verify checks that it exists)."""
+    executable at every Exec*= path (verify checks that they exist)."""
     root = tmp_path_factory.mktemp("root")
     shutil.copytree(Path("/lib/systemd/system").resolve(), root / "lib/systemd/system", symlinks=True)
-    exec_path = Path(unit_settings()["ExecStart"][0].split()[0])
-    staged = root / exec_path.relative_to("/")
-    staged.parent.mkdir(parents=True)
-    staged.write_text("#!/bin/sh\nexit 0\n")
-    staged.chmod(0o755)
+    for key in ("ExecStart", "ExecReload"):
+        exec_path = Path(unit_settings()[key][0].split()[0])
+        staged = root / exec_path.relative_to("/")
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text("#!/bin/sh\nexit 0\n")
+        staged.chmod(0o755)
     (root / "etc/systemd/system").mkdir(parents=True)
     return root
 
