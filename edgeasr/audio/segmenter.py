@@ -145,15 +145,16 @@ class Segmenter:
     def frame_samples(self) -> int:
         return self._n
 
-    def open_segment(self) -> OpenSegment | None:
-        """A snapshot of the segment being built, or None while no one speaks."""
+    def open_segment(self, copy: bool = True) -> OpenSegment | None:
+        """A snapshot of the segment being built, or None while no one speaks. copy=False: its
+        samples are a view of the segmenter's buffer, valid until the next push()."""
         if not self._open:
             return None
         spoken = np.flatnonzero(self._speech[: self._count])
         return OpenSegment(
             seq=self._seq,
             start_sample=self._first,
-            samples=self._audio[: self._count].reshape(-1).copy(),
+            samples=self._audio[: self._count].reshape(-1).copy() if copy else self._audio[: self._count].reshape(-1),
             speech_frames=len(spoken),
             silence_ms=self._silence_run * self._options.frame_ms,
             speech_end_mono=float(self._mono[spoken[-1]]) if len(spoken) else self._speech_mono,
