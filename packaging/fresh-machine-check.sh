@@ -40,7 +40,7 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
     TERM=dumb bash -c "$1"; }
-in_root "apt-get -q update && apt-get install -y -q git ca-certificates" > "$work/base.log"
+in_root "DEBIAN_FRONTEND=noninteractive apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q git ca-certificates" > "$work/base.log" 2>&1
 in_root "apt-get clean"
 git clone -q "$repo" "$root/root/edgeasr"
 cp -a "$shared" "$root/root/shared"
@@ -50,7 +50,11 @@ first=$(awk '/^```bash$/{getline; print; exit}' "$readme")
 tests=$(cd "$root/root/edgeasr" && bash .ci/run --print-command)
 
 downloaded() {  # bytes apt and pip have fetched into the new root so far
-    du -sb "$root/var/cache/apt/archives" "$root/root/.cache/pip" 2>/dev/null | awk '{s += $1} END {print s + 0}'
+    local total=0 dir
+    for dir in "$root/var/cache/apt/archives" "$root/root/.cache/pip"; do
+        [ -d "$dir" ] && total=$(( total + $(du -sb "$dir" | cut -f1) ))
+    done
+    echo "$total"
 }
 
 report=()
