@@ -38,9 +38,21 @@ mount --rbind /dev "$root/dev"
 mount -t tmpfs tmpfs "$root/run"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
+# A machine behind a TLS-inspecting egress proxy (as the ones this project is built on) trusts
+# the proxy's CA: the new root gets the same local CAs and the variables that make pip and
+# Python use the system's bundle. Nothing else of this machine enters the new root.
+bundle_env=()
+if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
+    bundle_env=(PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+                REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt)
+fi
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-    TERM=dumb bash -c "$1"; }
+    TERM=dumb "${bundle_env[@]}" bash -c "$1"; }
 in_root "DEBIAN_FRONTEND=noninteractive apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q git ca-certificates" > "$work/base.log" 2>&1
+if [ ${#bundle_env[@]} -gt 0 ]; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    in_root "update-ca-certificates" > /dev/null
+fi
 in_root "apt-get clean"
 git clone -q "$repo" "$root/root/edgeasr"
 cp -a "$shared" "$root/root/shared"
