@@ -393,16 +393,35 @@ def _describe(kinds: tuple[Any, ...], meta: Mapping[str, Any]) -> str:
     return " or ".join(dict.fromkeys(names))
 
 
+def _check_audio_file(key: str, path: Path) -> None:
+    if _is_dir(key, path):
+        raise MissingInputError(f"{key}: {path} is a directory, not an audio file")
+    if not path.is_file():
+        raise MissingInputError(f"{key}: {path} does not exist")
+
+
+def _is_dir(key: str, path: Path) -> bool:
+    """Path.is_dir, with a directory this user may not enter named as such."""
+    try:
+        return path.is_dir()
+    except PermissionError:
+        raise MissingInputError(f"{key}: {path} cannot be read: permission denied (for user "
+                                f"{_user()})") from None
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
 def _check_inputs(cfg: Config) -> None:
     """Cross-key checks and the inputs that must exist before anything starts."""
     if cfg.input.source == "file":
         if cfg.input.path is None:
             raise ConfigError("input.path: required when input.source is file")
-        if cfg.input.path.is_dir():
-            raise MissingInputError(f"input.path: {cfg.input.path} is a directory, not an audio file")
-        if not cfg.input.path.is_file():
-            raise MissingInputError(f"input.path: {cfg.input.path} does not exist")
-    if cfg.model.path is not None and not cfg.model.path.is_dir():
+        _check_audio_file("input.path", cfg.input.path)
+    if cfg.model.path is not None and not _is_dir("model.path", cfg.model.path):
         raise MissingInputError(f"model.path: {cfg.model.path} is not a directory")
     if cfg.input.source == "none" and not cfg.wyoming.uri:
         raise ConfigError("input.source: none leaves nothing to do without wyoming.uri (a Wyoming server)")

@@ -2,8 +2,8 @@
 # The newcomer's check: README's two commands, exactly as written, on a freshly bootstrapped
 # Debian bookworm root (debootstrap; as root; nothing added but git and ca-certificates), with
 # the repository cloned into it and ../shared copied beside the clone. Prints each command's
-# exit code, wall time and the bytes it downloaded (apt's .debs and pip's cache, measured in
-# the new root, so nothing else on this machine counts).
+# exit code, wall time and the bytes it downloaded (what the network interfaces received
+# meanwhile: an upper bound if something else on this machine downloads at the same time).
 #
 #   sudo bash packaging/fresh-machine-check.sh [WORKDIR]     (default /var/tmp/edgeasr-fresh)
 #
@@ -61,12 +61,10 @@ readme=$root/root/edgeasr/README.md
 first=$(awk '/^```bash$/{getline; print; exit}' "$readme")
 tests=$(cd "$root/root/edgeasr" && bash .ci/run --print-command)
 
-downloaded() {  # bytes apt and pip have fetched into the new root so far
-    local total=0 dir
-    for dir in "$root/var/cache/apt/archives" "$root/root/.cache/pip"; do
-        [ -d "$dir" ] && total=$(( total + $(du -sb "$dir" | cut -f1) ))
-    done
-    echo "$total"
+downloaded() {  # bytes received by this machine's network interfaces so far (pip keeps no
+    # copy of what it downloads through some proxies, so its cache cannot tell); anything else
+    # downloading on this machine meanwhile would count too: an upper bound
+    awk -F'[: ]+' 'NR > 2 && $2 != "lo" {s += $3} END {print s + 0}' /proc/net/dev
 }
 
 report=()
