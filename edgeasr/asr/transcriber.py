@@ -106,7 +106,8 @@ class _Decoded:
 class PauseFinding(Protocol):
     """The VAD side's rules for audio in memory (`audio.segmenter.PauseFinder`)."""
 
-    frame_s: float
+    @property
+    def frame_s(self) -> float: ...
 
     def find(self, audio: np.ndarray) -> int | None:
         """Where a window of long audio can end in a pause (samples), or None."""
