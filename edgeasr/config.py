@@ -129,7 +129,7 @@ class VadOptions:
     min_speech_ms: int = opt(250, NON_NEGATIVE)
     max_window_s: float | None = opt(None, POSITIVE)
     cut_search_s: float = opt(2.0, POSITIVE)
-    cut_pause_ms: int = opt(150, POSITIVE)
+    cut_pause_ms: int = opt(300, POSITIVE)
     detector: str = opt("webrtc", OneOf(("webrtc", "silero", "ten")))
     threshold: float = opt(0.5, Range(0, 1, lo_open=True))  # silero, ten: speech probability
 
