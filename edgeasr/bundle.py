@@ -88,6 +88,8 @@ class Bundle:
     n_text_ctx: int
     n_audio_ctx: int  # positions the decoder was trained on (1500)
     silence_levels: tuple[float, ...]  # log-mel value of silence, one per row of silence_rows
+    # decoding settings calibrated for these weights (`edgeasr models calibrate`); {} = none
+    decoding: dict
 
     def path(self, role: str) -> Path:
         """The file for a role (encoder, encoder_int8, decoder_step, tokenizer, ...)."""
@@ -186,6 +188,7 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
             n_text_ctx=model["n_text_ctx"],
             n_audio_ctx=model["n_audio_ctx"],
             silence_levels=tuple(m["silence_levels"]),
+            decoding=dict(m.get("decoding", {}).get("values", {})),
         )
     except (KeyError, TypeError) as exc:
         raise ModelError(f"{mpath}: incomplete manifest ({exc})") from exc

@@ -129,9 +129,9 @@ class VadOptions:
     min_speech_ms: int = opt(250, NON_NEGATIVE)
     max_window_s: float | None = opt(None, POSITIVE)
     cut_search_s: float = opt(2.0, POSITIVE)
-    cut_pause_ms: int = opt(150, POSITIVE)
-    # silero-vad is left out: its PyPI package hard-requires torch (see segmenter.py)
-    detector: str = opt("webrtc", OneOf(("webrtc",)))
+    cut_pause_ms: int = opt(300, POSITIVE)
+    detector: str = opt("webrtc", OneOf(("webrtc", "silero", "ten")))
+    threshold: float = opt(0.5, Range(0, 1, lo_open=True))  # silero, ten: speech probability
 
 
 @dataclass(frozen=True)
@@ -156,17 +156,21 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    preset: str = opt("balanced", OneOf(("conservative", "balanced", "aggressive")), live=True)
+    # null (and the keys below left at null) = the values calibrated for the model bundle
+    # (its manifest's `decoding` section; `edgeasr models calibrate`)
+    preset: str | None = opt(None, OneOf(("conservative", "balanced", "aggressive")), live=True)
     precision: str = opt("int8", OneOf(("int8", "fp32")))
     threads: int = opt(2, AT_LEAST_1)
-    encoder_padding: int | None = opt(None, Range(500, 1500), live=True)
+    encoder_padding: int | None = opt(None, Range(0, 1500), live=True)
     repetition_penalty: float | None = opt(None, Range(1), live=True)
     eos_threshold: float | None = opt(None, Range(0, 1, lo_open=True), live=True)
+    condition_on_previous_text: bool | None = opt(None, live=True)
     max_tokens_per_s: float = opt(6.0, POSITIVE, live=True)
     logprob_threshold: float = opt(-1.0, live=True)
     no_speech_threshold: float = opt(0.6, Range(0, 1), live=True)
     compression_ratio_threshold: float = opt(2.4, POSITIVE, live=True)
-    on_gate_fail: str = opt("drop", OneOf(("drop", "retry", "keep")), live=True)
+    on_gate_fail: str | None = opt(None, OneOf(("drop", "retry", "keep")), live=True)
+    fallback_temperature_step: float = opt(0.2, Range(0, 1, lo_open=True), live=True)
 
 
 @dataclass(frozen=True)
