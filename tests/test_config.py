@@ -311,12 +311,13 @@ def test_every_live_engine_key_changes_the_running_engine():
               "decoder.encoder_padding": 1000, "decoder.repetition_penalty": 1.4, "decoder.eos_threshold": 0.9,
               "decoder.max_tokens_per_s": 3.0, "decoder.logprob_threshold": -2.0,
               "decoder.no_speech_threshold": 0.3, "decoder.compression_ratio_threshold": 3.0,
-              "decoder.on_gate_fail": "keep"}
+              "decoder.on_gate_fail": "keep", "decoder.condition_on_previous_text": True,
+              "decoder.fallback_temperature_step": 0.5}
     engine_keys = [k for k in live_keys() if k.split(".")[0] in ("model", "decoder")]
     assert sorted(engine_keys) == sorted(values)
 
     def applied(cfg):
-        engine = types.SimpleNamespace()
+        engine = types.SimpleNamespace(bundle=types.SimpleNamespace(decoding={}))  # uncalibrated
         reconfigure(engine, cfg.model, cfg.decoder)
         return vars(engine)
 

@@ -86,7 +86,8 @@ def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_posit
                 current = _Piece(t, None, [], [])
         else:
             if current is None:
-                current = _Piece(pieces[-1].end if pieces else 0.0, None, [], [])
+                start = pieces[-1].end if pieces else None
+                current = _Piece(start if start is not None else 0.0, None, [], [])
             current.tokens.append(token)
             current.logprobs.append(lp)
     if current is not None and current.tokens:
@@ -228,7 +229,7 @@ class Transcriber:
                                    len(chunk) / self.spec.sample_rate, silence, prompt=text_before,
                                    rng=rng, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
-            steps += result.timings_ms["steps"]
+            steps += int(result.timings_ms["steps"])
             pieces, advance = self._keep(result, chunk, last, speech)
             stats = self._stats(result, pieces)
             verdict = check(self.gates, stats)
@@ -285,18 +286,20 @@ class Transcriber:
             # the audio ends here: an open tail is complete too
             return pieces, stopped_at or len(chunk)
         good: list[_Piece] = []  # closed pieces with believable timestamps, in order
+        ends: list[float] = []
         for p in pieces:
             if p.end is None or p.end - p.start < MIN_S_PER_TOKEN * len(p.tokens):
                 break  # open, or squeezed into a few ms: the loop has begun
             good.append(p)
+            ends.append(p.end)
         if not good:
             # no usable timestamp: keep the text up to where it starts repeating
             return pieces[:1], len(chunk)
-        if len(good) > 1 and good[-1].end > len(chunk) / sr - EDGE_S:
+        if len(good) > 1 and ends[-1] > len(chunk) / sr - EDGE_S:
             good.pop()  # closed by the window edge, maybe mid-word: decode it again
         elif len(good) == len(pieces) and not result.hit_cap:
             return good, stopped_at or len(chunk)  # ended on a timestamp: the window is done
-        advance = int(good[-1].end * sr)
+        advance = int(ends[len(good) - 1] * sr)
         return good, (len(chunk) if advance < MIN_ADVANCE_S * sr else min(advance, len(chunk)))
 
 

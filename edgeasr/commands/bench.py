@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from edgeasr.errors import MissingInputError, ToolMissingError
 
@@ -119,7 +120,7 @@ def _full_npu(bundle, args):
     spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
 
     def run(audio) -> dict:  # fixed 10 s chunks, as Hailo's app walks long audio
-        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "steps": 0, "runaway": 0,
+        out: dict[str, Any] = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "steps": 0, "runaway": 0,
                "windows": 0}
         t0 = time.monotonic()
         for start in range(0, len(audio), spec.n_samples):
@@ -291,6 +292,7 @@ def interleaved(args, rows: tuple[str, str], count: int) -> dict:
 
     def ask(row: str, index: int | None) -> dict:
         proc = procs[row]
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # PIPE
         if index is not None:
             proc.stdin.write(f"{index}\n")
             proc.stdin.flush()
@@ -313,10 +315,7 @@ def interleaved(args, rows: tuple[str, str], count: int) -> dict:
         return {"skipped": f"failed: {exc}"}
     finally:
         for proc in procs.values():
-            proc.stdin.close()
-            proc.wait(timeout=60)
-            proc.stdout.close()
-            proc.stderr.close()
+            proc.communicate(timeout=60)  # closes stdin, waits, drains and closes the pipes
     return {"pairs": pairs}
 
 
