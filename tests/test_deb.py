@@ -189,7 +189,9 @@ def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, re
         started = time.monotonic()
         first = service_process(["/usr/bin/edgeasr", "--input", str(wav)])
         assert first.returncode == 0, first.stderr
-        assert wer(clip["reference"], json.loads(first.stdout.splitlines()[-1])["text"]) <= 0.1
+        # 11 s of speech: the segmenter cuts it at a pause before its 10 s limit, two transcripts
+        heard_first = " ".join(json.loads(line)["text"] for line in first.stdout.splitlines())
+        assert wer(clip["reference"], heard_first) <= 0.1
         print(f"\nembedded default after install: first run {time.monotonic() - started:.1f} s")
         assert list((STATE / "models").glob("whisper-tiny.en-*/manifest.json"))
 

@@ -189,3 +189,27 @@ def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine):
         assert advance == len(chunk)
     _, advance = engine._keep(result([ts(0), *text, ts(9.92), ts(9.92)]), chunk, True)
     assert advance == len(chunk)  # less than a word's worth left
+
+
+def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engine):
+    """base on a 15 s utterance: "...is good.<6.92><6.92> But his, he makes me harshly
+    feel.<7.92><7.92> He makes me harshly feel.<8.92>..." to the token cap. The loop's
+    timestamps are made up, the first saying's end too: with audio after the window, the
+    next window starts where that phrase began; at the end of the audio the loop is cut."""
+    tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
+    first = engine.tokenizer.encode(" There is iron, they say, in all our blood.")
+    phrase = engine.tokenizer.encode(" But his, he makes me harshly feel.")
+    again = engine.tokenizer.encode(" He makes me harshly feel.")
+
+    def ts(seconds):
+        return tok.timestamp_begin + round(seconds / per_pos)
+
+    tokens = [ts(0), *first, ts(6.92), ts(6.92), *phrase, ts(7.92), ts(7.92), *again, ts(8.92),
+              ts(8.92), *again, ts(9.42), ts(9.42), *again[:2]]
+    looping = WindowResult(tokens, [-0.1] * len(tokens), 0.01, "en", hit_cap=True)
+    chunk = np.zeros(10 * sr, np.float32)
+    pieces, advance = engine._keep(looping, chunk, False, more=True)
+    assert [p.tokens for p in pieces] == [first] and advance == int(6.92 * sr)
+    pieces, advance = engine._keep(looping, chunk, True, more=False)  # nothing after it: cut
+    assert [p.tokens for p in pieces][:2] == [first, phrase]
+    assert sum(p.tokens == again for p in pieces) <= 1

@@ -172,7 +172,7 @@ class Transcriber:
             prompt = context[-self.max_prompt:] if self.options.condition_on_previous_text else []
             speech = SpeechMap(self.pauses.speech(chunk), self.pauses.frame_s) if self.pauses else None
             decoded = self._decode(encoded, silence_level(mel), chunk, complete, prompt, language, speech,
-                                   should_stop)
+                                   should_stop, more=not reaches_end)
             pieces, result = decoded.pieces, decoded.result
             timings["decoder"] += decoded.decoder_ms
             steps += decoded.decoder_steps
@@ -213,7 +213,7 @@ class Transcriber:
 
     def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool,
                 prompt: list[int], language: str | None, speech: SpeechMap | None = None,
-                should_stop: Callable[[], bool] | None = None) -> _Decoded:
+                should_stop: Callable[[], bool] | None = None, more: bool = False) -> _Decoded:
         """Decode a window; if it fails a gate and on_gate_fail is "retry", again at each
         fallback temperature (openai's and faster-whisper's temperature fallback). A window
         that fails them all keeps its best attempt, unless it is silence (the no_speech gate)."""
@@ -230,7 +230,7 @@ class Transcriber:
                                    rng=rng, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += int(result.timings_ms["steps"])
-            pieces, advance = self._keep(result, chunk, last, speech)
+            pieces, advance = self._keep(result, chunk, last, speech, more)
             stats = self._stats(result, pieces)
             verdict = check(self.gates, stats)
             attempts.append((_Decoded(pieces, result, advance, verdict, spent, steps), stats))
@@ -254,14 +254,24 @@ class Transcriber:
                            result.no_speech_prob, compression_ratio(text))
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool,
-              speech: SpeechMap | None = None) -> tuple[list[_Piece], int]:
+              speech: SpeechMap | None = None, more: bool = False) -> tuple[list[_Piece], int]:
         """The pieces to keep and how many samples they account for: up to where the text
         starts repeating itself over audio that does not (a short window makes the decoder
-        run on past the speech), and, given the VAD's `speech`, only pieces spoken."""
-        pieces, advance = self._closed(result, chunk, last)
-        pieces = trim_repeats(pieces, speech)
+        run on past the speech), and, given the VAD's `speech`, only pieces spoken. `more`:
+        audio follows the window (a loop's phrase can be decoded again in the next one)."""
+        sr = self.spec.sample_rate
+        decoded = split_segments(result, self.bundle.tokens.timestamp_begin, self.bundle.audio.seconds_per_position)
+        # a window that ran to the token cap is looping: speech under a repeat proves nothing
+        _, loop_from = find_loop(decoded, None if result.hit_cap else speech)
+        if loop_from is not None and more and decoded[loop_from].start >= MIN_ADVANCE_S:
+            # a loop (the window's edge makes greedy decoding run on) stamps even the looped
+            # phrase's first saying too early: decode from where that piece began again
+            # (measured on base: "feel. He makes me harshly feel.<7.92><7.92> He makes me...")
+            pieces, advance = decoded[:loop_from], int(decoded[loop_from].start * sr)
+        else:
+            pieces, advance = self._closed(decoded, result, chunk, last)
+            pieces = trim_repeats(pieces, speech)
         if speech is not None:
-            sr = self.spec.sample_rate
             pieces = [p for p in pieces
                       if keep_segment(speech, p.start, _end(p, chunk, sr), self.tokenizer.decode(p.tokens))]
         return pieces, advance
@@ -277,10 +287,9 @@ class Transcriber:
         stop = int(pieces[-1].end * sr) if pieces[-1].end is not None else len(chunk)
         return stop if MIN_ADVANCE_S * sr <= stop <= len(chunk) - MIN_WINDOW_S * sr else None
 
-    def _closed(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
+    def _closed(self, pieces: list[_Piece], result: WindowResult, chunk: np.ndarray,
+                last: bool) -> tuple[list[_Piece], int]:
         sr = self.spec.sample_rate
-        pieces = split_segments(result, self.bundle.tokens.timestamp_begin,
-                                self.bundle.audio.seconds_per_position)
         stopped_at = self._stopped_early(result, pieces, chunk)
         if last and not result.hit_cap:
             # the audio ends here: an open tail is complete too
@@ -312,26 +321,34 @@ def _end(piece: _Piece, chunk: np.ndarray, sample_rate: int) -> float:
 
 
 def trim_repeats(pieces: list[_Piece], speech: SpeechMap | None = None) -> list[_Piece]:
+    """The pieces up to where the text starts looping (`find_loop`)."""
+    return find_loop(pieces, speech)[0]
+
+
+def find_loop(pieces: list[_Piece], speech: SpeechMap | None = None) -> tuple[list[_Piece], int | None]:
     """Cut where the window's text starts repeating itself: a short window makes the decoder
     run on past the speech. Shorter phrases recur in real speech ("it was here that ..., it
     was here that ..."), so only an immediate repeat or a long one counts. A speaker may say
     a phrase twice ("tear down the fence! tear down the fence!"): a repeat that the decoder
     timestamped as a segment of its own is kept when the VAD hears enough speech under it
     for its tokens (`spoken.repeat_is_spoken`). Inside a segment the timestamps cannot tell
-    (word timestamps will)."""
+    (word timestamps will). Returns the pieces cut there, and the index of the piece where
+    the loop began (None: no loop)."""
     flat = [(i, j) for i, p in enumerate(pieces) for j in range(len(p.tokens))]
     text = [pieces[i].tokens[j] for i, j in flat]
     last_start: dict[tuple[int, ...], int] = {}
-    long_seen: set[tuple[int, ...]] = set()
+    long_first: dict[tuple[int, ...], int] = {}
     spoken_again = -1  # a piece judged said again: its tokens repeat by right
     for k in range(len(text)):
         short, long = tuple(text[k : k + ADJACENT_REPEAT]), tuple(text[k : k + DISTANT_REPEAT])
         prev = last_start.get(short)
         last_start[short] = k
-        long_seen_before = long in long_seen
-        long_seen.add(long)
-        if not ((len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1)
-                or (len(long) == DISTANT_REPEAT and long_seen_before)):
+        first_long = long_first.setdefault(long, k)
+        if len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1:
+            first = prev
+        elif len(long) == DISTANT_REPEAT and first_long < k:
+            first = first_long
+        else:
             continue
         i, j = flat[k]
         p = pieces[i]
@@ -342,5 +359,16 @@ def trim_repeats(pieces: list[_Piece], speech: SpeechMap | None = None) -> list[
             spoken_again = i  # said again, as a segment of its own
             continue
         cut = _Piece(p.start, p.end, p.tokens[:j], p.logprobs[:j])
-        return pieces[:i] + ([cut] if cut.tokens else [])
-    return pieces
+        return pieces[:i] + ([cut] if cut.tokens else []), _looped_piece(pieces, flat[first][0])
+    return pieces, None
+
+
+def _looped_piece(pieces: list[_Piece], default: int) -> int:
+    """The first piece that a later one ends like: a loop of whole segments, each saying
+    closed by a made-up timestamp (an n-gram across a segment boundary can point one piece
+    late); else `default`, the piece where the repeated phrase was first seen."""
+    tails = [tuple(p.tokens[-ADJACENT_REPEAT:]) for p in pieces]
+    for i, tail in enumerate(tails):
+        if len(tail) == ADJACENT_REPEAT and tail in tails[i + 1 :]:
+            return i
+    return default
