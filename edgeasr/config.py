@@ -188,6 +188,7 @@ class WyomingConfig:
 @dataclass(frozen=True)
 class OutputConfig:
     stdout: bool | None = opt(None)
+    words: bool = opt(False)  # word timestamps in transcripts (one more decoder run per window)
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,8 @@ def make_engine(bundle_dir: Path, **keys):
     from edgeasr.config import load_config
 
     cfg = load_config(None, {"encoder.backend": "onnx", **keys})
-    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
+                        words=cfg.output.words)
 
 
 @pytest.fixture(scope="session")

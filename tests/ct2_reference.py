@@ -82,3 +82,10 @@ class Ct2Whisper:
             return_logits_vocab=True, suppress_tokens=suppress_tokens, suppress_blank=suppress_blank,
         )[0]
         return result.sequences_ids[0][:max_new], [np.array(step) for step in result.logits[0][:max_new]]
+
+    def align(self, features: np.ndarray, start_sequence: list[int], text_tokens: list[int], num_frames: int):
+        """Whisper.align with openai's median filter width (7): its `alignments`, the dynamic time
+        warping path as (text token index, position) pairs (the last index is end-of-text's),
+        and `text_token_probs`. `num_frames`: the real mel frames (it halves them itself)."""
+        return self.model.align(self._view(features), start_sequence, [text_tokens], [num_frames],
+                                median_filter_width=7)[0]

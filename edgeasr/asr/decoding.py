@@ -163,6 +163,8 @@ class DecoderSession:
         self._new = np.zeros((bundle.decoder_layers, 2, 0, bundle.d_model), np.float32)
         self.cross_binding = self.cross.io_binding()
         self._cross_positions = 0
+        self._cross: dict[str, np.ndarray] = {}
+        self.cross_bias = np.zeros(0, np.float32)
         self.length = 0
 
     def start(self, audio_features: np.ndarray, padding: int, silence: float | None = None) -> None:
@@ -186,6 +188,7 @@ class DecoderSession:
         self.cross_binding.bind_cpu_input("audio_features", audio_features)
         self.cross.run_with_iobinding(self.cross_binding)
         self.binding.bind_cpu_input("cross_bias", bias)
+        self.cross_bias = bias
         self.length = 0
 
     def _bind_cross(self, positions: int) -> None:
@@ -200,6 +203,13 @@ class DecoderSession:
                 self.cross_binding.bind_output(f"cross_{kind}{i}", "cpu", 0, np.float32, shape, address)
                 self.binding.bind_input(f"cross_{kind}{i}", "cpu", 0, np.float32, shape, address)
         self._cross_positions = positions
+
+    def cross_inputs(self) -> dict[str, np.ndarray]:
+        """The window's cross K/V and score bias by graph input name, as `start` left them:
+        what the word aligner and the beam's batched step read in place."""
+        inputs = {f"cross_{kind}{i}": self._cross[kind][i] for kind in self._cross
+                  for i in range(self.bundle.decoder_layers)}
+        return {**inputs, "cross_bias": self.cross_bias}
 
     def step(self, tokens: list[int]) -> np.ndarray:
         """Feed tokens after the cached ones; returns the next token's logits [n_vocab].

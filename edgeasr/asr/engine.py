@@ -11,6 +11,7 @@ from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
 from edgeasr.asr.transcriber import PauseFinding, Transcriber
+from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
 from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
 
@@ -40,11 +41,13 @@ def gates(decoder: DecoderConfig) -> tuple[Gate, ...]:
 
 
 def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
-                 decoder: DecoderConfig, pauses: PauseFinding | None = None) -> Transcriber:
+                 decoder: DecoderConfig, pauses: PauseFinding | None = None,
+                 words: bool = False) -> Transcriber:
     """The engine for these settings; `pauses` finds where a window of long audio can end in
-    a pause (the segmenter's rule), None to cut long audio at timestamps only."""
+    a pause (the segmenter's rule), None to cut long audio at timestamps only; `words`:
+    word timestamps in the segments (output.words)."""
     single_threaded_blas()
-    return Transcriber(
+    engine = Transcriber(
         bundle,
         create_encoder(bundle, encoder),
         DecoderSession(bundle, decoder.precision, decoder.threads),
@@ -53,6 +56,9 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         decoder.on_gate_fail,
         pauses=pauses,
     )
+    if words:
+        engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
+    return engine
 
 
 def reconfigure(engine: Transcriber, model: ModelConfig, decoder: DecoderConfig) -> None:

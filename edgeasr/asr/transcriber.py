@@ -23,9 +23,10 @@ from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
 from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
 from edgeasr.errors import ConfigError
-from edgeasr.stages import TextSegment, Transcription
+from edgeasr.stages import TextSegment, Transcription, Word
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class Transcriber:
         a = bundle.audio
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
+        # a hook the engine sets (asr/engine.py): word timestamps (output.words)
+        self.aligner: WordAligner | None = None
 
     def feature_stream(self) -> MelStream:
         return MelStream(self.spec)
@@ -147,7 +150,8 @@ class Transcriber:
                 dropped += 1
                 pieces = []
             offset = seek / sr
-            for p in pieces:
+            words = self._words(pieces, chunk, result, options, offset, timings)
+            for p, piece_words in zip(pieces, words):
                 text = self.tokenizer.decode(p.tokens)
                 if not text.strip():
                     continue
@@ -156,7 +160,7 @@ class Transcriber:
                     end=round(offset + (p.end if p.end is not None else len(chunk) / sr), 3),
                     text=text, tokens=tuple(p.tokens),
                     avg_logprob=float(np.mean(p.logprobs)), no_speech_prob=result.no_speech_prob,
-                    compression_ratio=compression_ratio(text)))
+                    compression_ratio=compression_ratio(text), words=piece_words))
             seek += decoded.advance
             if not final and reaches_end:
                 break
@@ -192,6 +196,16 @@ class Transcriber:
                 break
             options = replace(self.retry_options, language=requested.language)
         return _Decoded(pieces, result, advance, verdict, spent, steps)
+
+    def _words(self, pieces: list[_Piece], chunk: np.ndarray, result: WindowResult,
+               options: DecodingOptions, offset: float, timings: dict[str, float]) -> list[tuple[Word, ...]]:
+        """Each kept piece's words, timed from the audio start (none without an aligner)."""
+        if self.aligner is None:
+            return [() for _ in pieces]
+        t0 = time.monotonic()
+        words = self.aligner.words(pieces, len(chunk), result.language, options.task, offset)
+        timings["words"] = timings.get("words", 0.0) + (time.monotonic() - t0) * 1e3
+        return words
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
         """The pieces to keep (up to where the text starts repeating itself: a short window
