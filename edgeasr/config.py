@@ -167,6 +167,7 @@ class DecoderConfig:
     no_speech_threshold: float = opt(0.6, Range(0, 1), live=True)
     compression_ratio_threshold: float = opt(2.4, POSITIVE, live=True)
     on_gate_fail: str = opt("drop", OneOf(("drop", "retry", "keep")), live=True)
+    beam_size: int = opt(1, Range(1, 5))  # 1: greedy; 2..5 hypotheses (bundle --with beam)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ one place each setting is declared. Where long audio is cut at pauses is the cal
 
 from __future__ import annotations
 
+from edgeasr.asr.beam import BeamDecoder
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
@@ -56,6 +57,9 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         decoder.on_gate_fail,
         pauses=pauses,
     )
+    if decoder.beam_size > 1:
+        engine.decode = BeamDecoder(bundle, engine.decoder, decoder.beam_size, decoder.precision,
+                                    decoder.threads)
     if words:
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
     return engine

@@ -99,7 +99,9 @@ class Transcriber:
         a = bundle.audio
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
-        # a hook the engine sets (asr/engine.py): word timestamps (output.words)
+        # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
+        # greedy; beam.BeamDecoder has its signature), and word timestamps (output.words)
+        self.decode: Callable[..., WindowResult] = decode_window
         self.aligner: WordAligner | None = None
 
     def feature_stream(self) -> MelStream:
@@ -178,8 +180,8 @@ class Transcriber:
         requested = options
         spent, steps = 0.0, 0
         for attempt in range(2):
-            result = decode_window(self.decoder, features, options, len(chunk) / self.spec.sample_rate,
-                                   silence, should_stop=should_stop)
+            result = self.decode(self.decoder, features, options, len(chunk) / self.spec.sample_rate,
+                                 silence, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += result.timings_ms["steps"]
             pieces, advance = self._keep(result, chunk, last)
