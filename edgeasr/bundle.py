@@ -95,6 +95,8 @@ class Bundle:
     n_text_ctx: int
     n_audio_ctx: int  # positions the decoder was trained on (1500)
     silence_levels: tuple[float, ...]  # log-mel value of silence, one per row of silence_rows
+    # decoding settings calibrated for these weights (`edgeasr models calibrate`); {} = none
+    decoding: dict
     alignment_heads: tuple[tuple[int, int], ...] = ()  # [layer, head] pairs whose attention follows the audio
 
     def path(self, role: str) -> Path:
@@ -194,6 +196,7 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
             n_text_ctx=model["n_text_ctx"],
             n_audio_ctx=model["n_audio_ctx"],
             silence_levels=tuple(m["silence_levels"]),
+            decoding=dict(m.get("decoding", {}).get("values", {})),
             alignment_heads=tuple((int(layer), int(head)) for layer, head in m["alignment_heads"]),
         )
     except (KeyError, TypeError) as exc:

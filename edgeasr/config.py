@@ -129,9 +129,9 @@ class VadOptions:
     min_speech_ms: int = opt(250, NON_NEGATIVE)
     max_window_s: float | None = opt(None, POSITIVE)
     cut_search_s: float = opt(2.0, POSITIVE)
-    cut_pause_ms: int = opt(150, POSITIVE)
-    # silero-vad is left out: its PyPI package hard-requires torch (see segmenter.py)
-    detector: str = opt("webrtc", OneOf(("webrtc",)))
+    cut_pause_ms: int = opt(300, POSITIVE)
+    detector: str = opt("webrtc", OneOf(("webrtc", "silero", "ten")))
+    threshold: float = opt(0.5, Range(0, 1, lo_open=True))  # silero, ten: speech probability
 
 
 @dataclass(frozen=True)
@@ -156,18 +156,22 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    preset: str = opt("balanced", OneOf(("conservative", "balanced", "aggressive")), live=True)
+    # null (and the keys below left at null) = the values calibrated for the model bundle
+    # (its manifest's `decoding` section; `edgeasr models calibrate`)
+    preset: str | None = opt(None, OneOf(("conservative", "balanced", "aggressive")), live=True)
     precision: str = opt("int8", OneOf(("int8", "fp32")))
     threads: int = opt(2, AT_LEAST_1)
-    encoder_padding: int | None = opt(None, Range(500, 1500), live=True)
+    encoder_padding: int | None = opt(None, Range(0, 1500), live=True)
     repetition_penalty: float | None = opt(None, Range(1), live=True)
     eos_threshold: float | None = opt(None, Range(0, 1, lo_open=True), live=True)
+    condition_on_previous_text: bool | None = opt(None, live=True)
     max_tokens_per_s: float = opt(6.0, POSITIVE, live=True)
     logprob_threshold: float = opt(-1.0, live=True)
     no_speech_threshold: float = opt(0.6, Range(0, 1), live=True)
     compression_ratio_threshold: float = opt(2.4, POSITIVE, live=True)
-    on_gate_fail: str = opt("drop", OneOf(("drop", "retry", "keep")), live=True)
-    beam_size: int = opt(1, Range(1, 5))  # 1: greedy; 2..5 hypotheses (bundle --with beam)
+    on_gate_fail: str | None = opt(None, OneOf(("drop", "retry", "keep")), live=True)
+    fallback_temperature_step: float = opt(0.2, Range(0, 1, lo_open=True), live=True)
+    beam_size: int = opt(1, Range(1, 5))  # 1: greedy; 2..5 hypotheses at temperature 0 (bundle --with beam)
 
 
 @dataclass(frozen=True)
@@ -395,16 +399,35 @@ def _describe(kinds: tuple[Any, ...], meta: Mapping[str, Any]) -> str:
     return " or ".join(dict.fromkeys(names))
 
 
+def _check_audio_file(key: str, path: Path) -> None:
+    if _is_dir(key, path):
+        raise MissingInputError(f"{key}: {path} is a directory, not an audio file")
+    if not path.is_file():
+        raise MissingInputError(f"{key}: {path} does not exist")
+
+
+def _is_dir(key: str, path: Path) -> bool:
+    """Path.is_dir, with a directory this user may not enter named as such."""
+    try:
+        return path.is_dir()
+    except PermissionError:
+        raise MissingInputError(f"{key}: {path} cannot be read: permission denied (for user "
+                                f"{_user()})") from None
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
 def _check_inputs(cfg: Config) -> None:
     """Cross-key checks and the inputs that must exist before anything starts."""
     if cfg.input.source == "file":
         if cfg.input.path is None:
             raise ConfigError("input.path: required when input.source is file")
-        if cfg.input.path.is_dir():
-            raise MissingInputError(f"input.path: {cfg.input.path} is a directory, not an audio file")
-        if not cfg.input.path.is_file():
-            raise MissingInputError(f"input.path: {cfg.input.path} does not exist")
-    if cfg.model.path is not None and not cfg.model.path.is_dir():
+        _check_audio_file("input.path", cfg.input.path)
+    if cfg.model.path is not None and not _is_dir("model.path", cfg.model.path):
         raise MissingInputError(f"model.path: {cfg.model.path} is not a directory")
     if cfg.input.source == "none" and not cfg.wyoming.uri:
         raise ConfigError("input.source: none leaves nothing to do without wyoming.uri (a Wyoming server)")

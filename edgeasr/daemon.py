@@ -153,14 +153,14 @@ def build_wyoming(cfg: Config, bundle: Bundle, worker: Any, progress: Callable[[
 
         raise ToolMissingError(f"wyoming.uri is set but the Wyoming server cannot load ({exc}): "
                                "pip install 'wyoming>=1.10,<1.11' zeroconf") from exc
-    from edgeasr.audio.segmenter import WebRtcDetector
+    from edgeasr.audio.vad import make_detector
 
     service = Service(model=bundle.name, languages=languages(bundle), version=__version__)
     session = SessionOptions(window_s=bundle.audio.window_s, max_audio_s=cfg.wyoming.max_audio_s,
                              partial_interval_ms=cfg.pipeline.partial_interval_ms,
                              speculate_after_ms=cfg.pipeline.speculate_after_ms, frame_ms=cfg.vad.frame_ms)
     return WyomingServer(cfg.wyoming, worker, service, session,
-                         lambda: WebRtcDetector(cfg.vad.aggressiveness), progress=progress)
+                         lambda: make_detector(cfg.vad), progress=progress)
 
 
 class Liveness:

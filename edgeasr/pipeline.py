@@ -158,8 +158,10 @@ class Pipeline:
         self.lane.submit(job, stop=None if self.live else self.stop_event)
 
     def _while_speaking(self) -> None:
-        """Offer a partial job when one is due; speculate when a pause has lasted long enough."""
-        open_segment = self.segmenter.open_segment()
+        """Offer a partial job when one is due; speculate when a pause has lasted long enough.
+        Runs at every block read: the open segment is looked at in place, and copied only for
+        a job."""
+        open_segment = self.segmenter.open_segment(copy=False)
         self._track(open_segment)
         if open_segment is None:
             return
@@ -179,7 +181,7 @@ class Pipeline:
         now = self.clock()
         if interval and now >= self._partial_due and open_segment.silence_ms == 0:
             self._partial_due = now + interval / 1000
-            snapshot = open_segment
+            snapshot = dataclasses.replace(open_segment, samples=open_segment.samples.copy())
             mel = self._features.window() if self._features is not None else None
             self.lane.offer_partial(Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot, mel),
                                         len(snapshot.samples) / SAMPLE_RATE, partial=True))
@@ -201,7 +203,7 @@ class Pipeline:
 
     def _speculate(self, open_segment: Any) -> None:
         speculation = _Speculation(open_segment.seq, open_segment.speech_frames, Job(lambda e, s: None, 0.0))
-        audio = open_segment.samples
+        audio = open_segment.samples.copy()
 
         def run(engine: Any, should_stop: Callable[[], bool]) -> None:
             t0 = time.monotonic()

@@ -2,8 +2,8 @@
 # The newcomer's check: README's two commands, exactly as written, on a freshly bootstrapped
 # Debian bookworm root (debootstrap; as root; nothing added but git and ca-certificates), with
 # the repository cloned into it and ../shared copied beside the clone. Prints each command's
-# exit code, wall time and the bytes it downloaded (apt's .debs and pip's cache, measured in
-# the new root, so nothing else on this machine counts).
+# exit code, wall time and the bytes it downloaded (what the network interfaces received
+# meanwhile: an upper bound if something else on this machine downloads at the same time).
 #
 #   sudo bash packaging/fresh-machine-check.sh [WORKDIR]     (default /var/tmp/edgeasr-fresh)
 #
@@ -38,9 +38,21 @@ mount --rbind /dev "$root/dev"
 mount -t tmpfs tmpfs "$root/run"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
+# A machine behind a TLS-inspecting egress proxy (as the ones this project is built on) trusts
+# the proxy's CA: the new root gets the same local CAs and the variables that make pip and
+# Python use the system's bundle. Nothing else of this machine enters the new root.
+bundle_env=()
+if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
+    bundle_env=(PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+                REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt)
+fi
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-    TERM=dumb bash -c "$1"; }
-in_root "apt-get -q update && apt-get install -y -q git ca-certificates" > "$work/base.log"
+    TERM=dumb "${bundle_env[@]}" bash -c "$1"; }
+in_root "DEBIAN_FRONTEND=noninteractive apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q git ca-certificates" > "$work/base.log" 2>&1
+if [ ${#bundle_env[@]} -gt 0 ]; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    in_root "update-ca-certificates" > /dev/null
+fi
 in_root "apt-get clean"
 git clone -q "$repo" "$root/root/edgeasr"
 cp -a "$shared" "$root/root/shared"
@@ -49,8 +61,10 @@ readme=$root/root/edgeasr/README.md
 first=$(awk '/^```bash$/{getline; print; exit}' "$readme")
 tests=$(cd "$root/root/edgeasr" && bash .ci/run --print-command)
 
-downloaded() {  # bytes apt and pip have fetched into the new root so far
-    du -sb "$root/var/cache/apt/archives" "$root/root/.cache/pip" 2>/dev/null | awk '{s += $1} END {print s + 0}'
+downloaded() {  # bytes received by this machine's network interfaces so far (pip keeps no
+    # copy of what it downloads through some proxies, so its cache cannot tell); anything else
+    # downloading on this machine meanwhile would count too: an upper bound
+    awk -F'[: ]+' 'NR > 2 && $2 != "lo" {s += $3} END {print s + 0}' /proc/net/dev
 }
 
 report=()

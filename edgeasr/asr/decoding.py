@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -48,6 +48,10 @@ class DecodingOptions:
     max_tokens_per_s: float = 6.0
     # the first timestamp must come within this many seconds
     max_initial_timestamp_s: float = 1.0
+    # 0: greedy; above: sample from the softmax of logits / temperature (the fallback's retries)
+    temperature: float = 0.0
+    # later windows of the same audio get the text kept so far as prompt (openai's option)
+    condition_on_previous_text: bool = False
 
 
 # Anti-hallucination presets: padding, penalty, EOS threshold (issue #3; the seed gives
@@ -56,17 +60,27 @@ class DecodingOptions:
 # 1.0-1.1 are within noise of each other (9.8-10.1 %; tiny numeric changes move the WER
 # by +-0.6 points); penalty 1.3 costs 5 points (conservative: 14.6 %). With zero rows,
 # 1.05 once duplicated a phrase at a carried window edge of dev_stream_02.
+# They were chosen for tiny.en: the default is now each bundle's calibrated values
+# (`calibrated_options`), and Whisper base, for one, does best with none of them
+# (edgeasr/models/calibrate.py).
 PRESETS: dict[str, dict] = {
     "conservative": dict(encoder_padding=1500, repetition_penalty=1.3, eos_threshold=0.3),
     "balanced": dict(encoder_padding=700, repetition_penalty=1.1, eos_threshold=0.5),
     "aggressive": dict(encoder_padding=0, repetition_penalty=1.0, eos_threshold=None),
 }
+# what `edgeasr models calibrate` measures and a bundle's manifest may hold (`decoding`)
+CALIBRATED = ("encoder_padding", "repetition_penalty", "eos_threshold", "condition_on_previous_text")
+UNCALIBRATED = "balanced"  # the preset of a bundle that holds no calibrated values
 
 
-def preset_options(name: str, **overrides) -> DecodingOptions:
-    if name not in PRESETS:
+def preset_options(name: str | None, calibrated: dict | None = None, **overrides) -> DecodingOptions:
+    """A preset's options, or with name None the bundle's `calibrated` values (the
+    `balanced` preset for what was not calibrated); then the `overrides` that are not None."""
+    if name is not None and name not in PRESETS:
         raise ConfigError(f"decoder.preset: {name!r} is not allowed ({', '.join(PRESETS)})")
-    values = dict(PRESETS[name])
+    values = dict(PRESETS[name or UNCALIBRATED])
+    if name is None:
+        values.update({k: v for k, v in (calibrated or {}).items() if k in CALIBRATED})
     values.update({k: v for k, v in overrides.items() if v is not None})
     return replace(DecodingOptions(), **values)
 
@@ -265,17 +279,20 @@ def _detect_language(logits: np.ndarray, bundle: Bundle) -> str:
     return codes[int(np.argmax(logits[ids]))]
 
 
-def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                  window_s: float, silence: float | None = None, chain: list | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
-    """Greedy decoding with timestamps of one window whose speech lasts `window_s`;
-    `silence` is the window's log-mel value of silence (`features.silence_level`)."""
+def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """A token drawn from softmax(logits / temperature) (the rules' -inf stay impossible)."""
+    scaled = (logits - np.max(logits)) / temperature
+    p = np.exp(scaled)
+    return int(rng.choice(len(p), p=p / p.sum()))
+
+
+def feed_prompt(session: DecoderSession, options: DecodingOptions,
+                prompt: Sequence[int] = ()) -> tuple[np.ndarray, float, str]:
+    """Run a window's prompt (earlier text after <|startofprev|>, then start of transcript,
+    then language and task for multilingual bundles) through the session just started: the
+    first text token's logits, the no-speech probability and the language."""
     bundle, tok = session.bundle, session.bundle.tokens
-    chain = chain if chain is not None else build_rules(bundle, options, window_s)
-    t0 = time.monotonic()
-    session.start(audio_features, options.encoder_padding, silence)
-    t1 = time.monotonic()
-    logits = session.step([tok.sot])
+    logits = session.step([tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot])
     no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
     language = "en"
     if bundle.multilingual:
@@ -284,8 +301,30 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
             raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
         task = tok.translate if options.task == "translate" else tok.transcribe
         logits = session.step([tok.languages[language], task])
+    return logits, no_speech_prob, language
+
+
+def token_cap(session: DecoderSession, options: DecodingOptions, window_s: float) -> int:
+    """Text tokens a window may take after its prompt (runaway loops stop there)."""
     cap = max(4, math.ceil(options.max_tokens_per_s * window_s))
-    cap = min(cap, bundle.n_text_ctx - session.length - 1)
+    return min(cap, session.bundle.n_text_ctx - session.length - 1)
+
+
+def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
+                  window_s: float, silence: float | None = None, chain: list | None = None,
+                  prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
+    """Decoding with timestamps of one window whose speech lasts `window_s`: greedy, or
+    sampled at `options.temperature` (with `rng`). `silence` is the window's log-mel value
+    of silence (`features.silence_level`); `prompt` is earlier text of the same speech
+    (openai's condition_on_previous_text), fed after <|startofprev|>."""
+    bundle, tok = session.bundle, session.bundle.tokens
+    chain = chain if chain is not None else build_rules(bundle, options, window_s)
+    t0 = time.monotonic()
+    session.start(audio_features, options.encoder_padding, silence)
+    t1 = time.monotonic()
+    logits, no_speech_prob, language = feed_prompt(session, options, prompt)
+    cap = token_cap(session, options, window_s)
     tokens: list[int] = []
     logprobs: list[float] = []
     hit_cap = True
@@ -294,8 +333,12 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
             raise Cancelled("decoding stopped on request")
         for rule in chain:
             rule.apply(logits, tokens)
-        token = int(np.argmax(logits))
-        logprobs.append(rules.logprob_of_max(logits, token, session.scratch))
+        if options.temperature > 0 and rng is not None:
+            token = sample(logits, options.temperature, rng)
+            logprobs.append(float(logits[token]) - rules.logsumexp(logits))
+        else:
+            token = int(np.argmax(logits))
+            logprobs.append(rules.logprob_of_max(logits, token, session.scratch))
         if token == tok.eot:
             hit_cap = False
             break

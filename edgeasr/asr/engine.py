@@ -11,10 +11,12 @@ from edgeasr.asr.beam import BeamDecoder
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
-from edgeasr.asr.transcriber import PauseFinding, Transcriber
+from edgeasr.asr.transcriber import Fallback, PauseFinding, Transcriber
 from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
 from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
+
+UNCALIBRATED_GATE_FAIL = "drop"  # a bundle without calibrated values keeps the old rule
 
 
 def single_threaded_blas() -> None:
@@ -28,12 +30,20 @@ def single_threaded_blas() -> None:
     threadpool_limits(1, user_api="blas")
 
 
-def decoding_options(model: ModelConfig, decoder: DecoderConfig) -> DecodingOptions:
-    """The decoder's options: the preset, with the keys the config sets on top of it."""
+def decoding_options(model: ModelConfig, decoder: DecoderConfig, bundle: Bundle) -> DecodingOptions:
+    """The decoder's options: the preset (none: the bundle's calibrated values), with the
+    keys the config sets on top of it."""
     return preset_options(
-        decoder.preset, language=model.language, task=model.task,
+        decoder.preset, bundle.decoding, language=model.language, task=model.task,
         encoder_padding=decoder.encoder_padding, repetition_penalty=decoder.repetition_penalty,
-        eos_threshold=decoder.eos_threshold, max_tokens_per_s=decoder.max_tokens_per_s)
+        eos_threshold=decoder.eos_threshold, max_tokens_per_s=decoder.max_tokens_per_s,
+        condition_on_previous_text=decoder.condition_on_previous_text)
+
+
+def on_gate_fail(decoder: DecoderConfig, bundle: Bundle) -> str:
+    """What to do with a window that fails a gate: the config's choice, else the bundle's
+    calibrated one, else drop it."""
+    return decoder.on_gate_fail or bundle.decoding.get("on_gate_fail", UNCALIBRATED_GATE_FAIL)
 
 
 def gates(decoder: DecoderConfig) -> tuple[Gate, ...]:
@@ -52,9 +62,10 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         bundle,
         create_encoder(bundle, encoder),
         DecoderSession(bundle, decoder.precision, decoder.threads),
-        decoding_options(model, decoder),
+        decoding_options(model, decoder, bundle),
         gates(decoder),
-        decoder.on_gate_fail,
+        on_gate_fail(decoder, bundle),
+        Fallback(decoder.fallback_temperature_step),
         pauses=pauses,
     )
     if decoder.beam_size > 1:
@@ -68,6 +79,7 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
 def reconfigure(engine: Transcriber, model: ModelConfig, decoder: DecoderConfig) -> None:
     """Apply the settings a running engine can change (SIGHUP): the decoding options and the
     gates. The config marks exactly these keys `live` (config.LIVE)."""
-    engine.options = decoding_options(model, decoder)
+    engine.options = decoding_options(model, decoder, engine.bundle)
     engine.gates = gates(decoder)
-    engine.on_gate_fail = decoder.on_gate_fail
+    engine.on_gate_fail = on_gate_fail(decoder, engine.bundle)
+    engine.fallback = Fallback(decoder.fallback_temperature_step)

@@ -18,10 +18,12 @@ from typing import Protocol
 
 import numpy as np
 
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, preset_options
+from edgeasr.asr.cleanup import tidy
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
+from edgeasr.asr.spoken import SpeechMap, keep_segment, repeat_is_spoken
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
@@ -35,6 +37,31 @@ MIN_ADVANCE_S = 1.0  # a window that would seek less than this is taken whole (n
 EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
 MIN_S_PER_TOKEN = 0.05  # a closed segment shorter than this per token has bogus timestamps
 ON_GATE_FAIL = ("drop", "retry", "keep")
+SAMPLING_SEED = 0
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Temperatures to decode a failed window again at: step, 2*step, ... up to 1.0."""
+
+    step: float = 0.2
+    # above this temperature the retry is decoded without the earlier text as prompt
+    prompt_reset_temperature: float = 0.5
+
+    def temperatures(self) -> tuple[float, ...]:
+        n = int(round(1.0 / self.step)) if self.step > 0 else 0
+        return (0.0, *(round(self.step * i, 3) for i in range(1, n + 1)))
+
+
+def _best(attempts: list[tuple[_Decoded, WindowStats]], gates) -> tuple[_Decoded, WindowStats]:
+    """Of attempts that all failed a gate, the likeliest one that does not repeat itself
+    (faster-whisper's choice), judged again for silence."""
+    ratio = next((g.compression_ratio_threshold for g in gates if g.name == "compression_ratio"), None)
+    sane = [a for a in attempts if ratio is None or a[1].compression_ratio <= ratio] or attempts
+    decoded, stats = max(sane, key=lambda a: a[1].avg_logprob)
+    silence = next((g for g in gates if g.name == "no_speech"), None)
+    decoded.failed_gate = "no_speech" if silence is not None and silence.fails(stats) else decoded.failed_gate
+    return decoded, stats
 
 
 @dataclass
@@ -60,7 +87,8 @@ def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_posit
                 current = _Piece(t, None, [], [])
         else:
             if current is None:
-                current = _Piece(pieces[-1].end if pieces else 0.0, None, [], [])
+                start = pieces[-1].end if pieces else None
+                current = _Piece(start if start is not None else 0.0, None, [], [])
             current.tokens.append(token)
             current.logprobs.append(lp)
     if current is not None and current.tokens:
@@ -79,28 +107,35 @@ class _Decoded:
 
 
 class PauseFinding(Protocol):
-    def find(self, audio: np.ndarray) -> int | None: ...
+    """The VAD side's rules for audio in memory (`audio.segmenter.PauseFinder`)."""
+
+    @property
+    def frame_s(self) -> float: ...
+
+    def find(self, audio: np.ndarray) -> int | None:
+        """Where a window of long audio can end in a pause (samples), or None."""
+
+    def speech(self, audio: np.ndarray) -> np.ndarray:
+        """Speech or not, per frame of `frame_s` seconds."""
 
 
 class Transcriber:
     def __init__(self, bundle: Bundle, encoder: Encoder, decoder: DecoderSession,
                  options: DecodingOptions, gates=None, on_gate_fail: str = "drop",
-                 retry_options: DecodingOptions | None = None,
-                 pauses: PauseFinding | None = None) -> None:
+                 fallback: Fallback | None = None, pauses: PauseFinding | None = None) -> None:
         if on_gate_fail not in ON_GATE_FAIL:
             raise ConfigError(f"decoder.on_gate_fail: {on_gate_fail!r} is not allowed ({', '.join(ON_GATE_FAIL)})")
         self.bundle, self.encoder, self.decoder, self.options = bundle, encoder, decoder, options
         self.gates = gates if gates is not None else default_gates()
         self.on_gate_fail = on_gate_fail
+        self.fallback = fallback or Fallback()
         self.pauses = pauses
-        self.retry_options = retry_options or preset_options(
-            "conservative", language=options.language, task=options.task)
         self.tokenizer = Tokenizer(bundle)
         a = bundle.audio
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
         # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
-        # greedy; beam.BeamDecoder has its signature), and word timestamps (output.words)
+        # greedy or sampled; beam.BeamDecoder has its signature), and word timestamps (output.words)
         self.decode: Callable[..., WindowResult] = decode_window
         self.aligner: WordAligner | None = None
 
@@ -115,13 +150,12 @@ class Transcriber:
         (multilingual bundles), else model.language's. should_stop() is asked between decoded
         tokens; when it says yes, errors.Cancelled is raised. features: the log-mel of `audio`
         computed while it arrived (feature_stream()), used when it fits one window."""
-        options = self.options
-        if language is not None and self.bundle.multilingual:
-            options = replace(options, language=language)
         sr, window = self.spec.sample_rate, self.spec.n_samples
         audio = np.asarray(audio, dtype=np.float32)
         seek, segments, n_tokens, windows, dropped, runaway, steps = 0, [], 0, 0, 0, 0, 0
-        language = options.language or "en"
+        if language is None or not self.bundle.multilingual:
+            language = self.options.language  # None: detected in the first window, then kept
+        context: list[int] = []  # text tokens kept so far (the prompt of the next window)
         timings = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
         while len(audio) - seek >= MIN_WINDOW_S * sr:
             chunk = audio[seek : seek + window]
@@ -136,11 +170,14 @@ class Transcriber:
             whole = seek == 0 and len(chunk) == len(audio)
             mel = features if features is not None and whole else log_mel(chunk, self.spec)
             t1 = time.monotonic()
-            features = self.encoder.encode(mel)
+            encoded = self.encoder.encode(mel)
             t2 = time.monotonic()
             timings["features"] += (t1 - t0) * 1e3
             timings["encoder"] += (t2 - t1) * 1e3
-            decoded = self._decode(features, silence_level(mel), chunk, complete, options, should_stop)
+            prompt = context[-self.max_prompt:] if self.options.condition_on_previous_text else []
+            speech = SpeechMap(self.pauses.speech(chunk), self.pauses.frame_s) if self.pauses else None
+            decoded = self._decode(encoded, silence_level(mel), chunk, complete, prompt, language, speech,
+                                   should_stop)
             pieces, result = decoded.pieces, decoded.result
             timings["decoder"] += decoded.decoder_ms
             steps += decoded.decoder_steps
@@ -148,11 +185,11 @@ class Transcriber:
             n_tokens += len(result.tokens)
             runaway += int(result.hit_cap)
             language = result.language
-            if decoded.failed_gate is not None and self.on_gate_fail != "keep":
+            if decoded.failed_gate is not None:
                 dropped += 1
                 pieces = []
             offset = seek / sr
-            words = self._words(pieces, chunk, result, options, offset, timings)
+            words = self._words(pieces, chunk, result, offset, timings)
             for p, piece_words in zip(pieces, words):
                 text = self.tokenizer.decode(p.tokens)
                 if not text.strip():
@@ -163,57 +200,87 @@ class Transcriber:
                     text=text, tokens=tuple(p.tokens),
                     avg_logprob=float(np.mean(p.logprobs)), no_speech_prob=result.no_speech_prob,
                     compression_ratio=compression_ratio(text), words=piece_words))
+                context += p.tokens
             seek += decoded.advance
             if not final and reaches_end:
                 break
         if final:
             seek = len(audio)
+        segments = tidy(segments)
         text = "".join(s.text for s in segments).strip()
-        return Transcription(text=text, segments=tuple(segments), language=language, windows=windows,
+        return Transcription(text=text, segments=tuple(segments), language=language or "en", windows=windows,
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
                              runaway_windows=runaway, decoder_steps=steps, timings_ms=timings)
 
-    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool,
-                options: DecodingOptions, should_stop: Callable[[], bool] | None = None) -> _Decoded:
-        """Decode a window, once more with the retry options if it fails a gate and that is
-        configured."""
-        requested = options
-        spent, steps = 0.0, 0
-        for attempt in range(2):
-            result = self.decode(self.decoder, features, options, len(chunk) / self.spec.sample_rate,
-                                 silence, should_stop=should_stop)
-            spent += result.timings_ms["decoder"]
-            steps += result.timings_ms["steps"]
-            pieces, advance = self._keep(result, chunk, last)
-            text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
-            lps = [lp for p in pieces for lp in p.logprobs]
-            stats = WindowStats(text, float(np.mean(lps)) if lps else result.avg_logprob,
-                                result.no_speech_prob, compression_ratio(text))
-            verdict = check(self.gates, stats)
-            if verdict is None:
-                return _Decoded(pieces, result, advance, None, spent, steps)
-            self.gate_failures[verdict] = self.gate_failures.get(verdict, 0) + 1
-            log.debug("window failed the %s gate (attempt %d)", verdict, attempt + 1)
-            if self.on_gate_fail != "retry" or verdict == "no_speech":
-                break
-            options = replace(self.retry_options, language=requested.language)
-        return _Decoded(pieces, result, advance, verdict, spent, steps)
+    @property
+    def max_prompt(self) -> int:
+        """Prompt tokens at most: openai's half of the text context, less <|startofprev|>."""
+        return self.bundle.n_text_ctx // 2 - 1
 
-    def _words(self, pieces: list[_Piece], chunk: np.ndarray, result: WindowResult,
-               options: DecodingOptions, offset: float, timings: dict[str, float]) -> list[tuple[Word, ...]]:
+    def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool,
+                prompt: list[int], language: str | None, speech: SpeechMap | None = None,
+                should_stop: Callable[[], bool] | None = None) -> _Decoded:
+        """Decode a window; if it fails a gate and on_gate_fail is "retry", again at each
+        fallback temperature (openai's and faster-whisper's temperature fallback). A window
+        that fails them all keeps its best attempt, unless it is silence (the no_speech gate)."""
+        options = replace(self.options, language=language)
+        temperatures = self.fallback.temperatures() if self.on_gate_fail == "retry" else (0.0,)
+        spent, steps = 0.0, 0
+        attempts: list[tuple[_Decoded, WindowStats]] = []
+        rng = np.random.default_rng(SAMPLING_SEED)  # seeded per window: the same audio, the same text
+        for temperature in temperatures:
+            # a high temperature's sample does not follow the prompt: drop it (faster-whisper)
+            text_before = prompt if temperature <= self.fallback.prompt_reset_temperature else []
+            result = self.decode(self.decoder, features, replace(options, temperature=temperature),
+                                 len(chunk) / self.spec.sample_rate, silence, prompt=text_before,
+                                 rng=rng, should_stop=should_stop)
+            spent += result.timings_ms["decoder"]
+            steps += int(result.timings_ms["steps"])
+            pieces, advance = self._keep(result, chunk, last, speech)
+            stats = self._stats(result, pieces)
+            verdict = check(self.gates, stats)
+            attempts.append((_Decoded(pieces, result, advance, verdict, spent, steps), stats))
+            if verdict is None:
+                break
+            self.gate_failures[verdict] = self.gate_failures.get(verdict, 0) + 1
+            log.debug("window failed the %s gate at temperature %.1f", verdict, temperature)
+            if verdict == "no_speech":
+                break
+        decoded, stats = attempts[-1] if len(attempts) == 1 else _best(attempts, self.gates)
+        decoded.decoder_ms, decoded.decoder_steps = spent, steps
+        if decoded.failed_gate is not None and (
+                self.on_gate_fail == "keep" or (self.on_gate_fail == "retry" and decoded.failed_gate != "no_speech")):
+            decoded.failed_gate = None
+        return decoded
+
+    def _words(self, pieces: list[_Piece], chunk: np.ndarray, result: WindowResult, offset: float,
+               timings: dict[str, float]) -> list[tuple[Word, ...]]:
         """Each kept piece's words, timed from the audio start (none without an aligner)."""
         if self.aligner is None:
             return [() for _ in pieces]
         t0 = time.monotonic()
-        words = self.aligner.words(pieces, len(chunk), result.language, options.task, offset)
+        words = self.aligner.words(pieces, len(chunk), result.language, self.options.task, offset)
         timings["words"] = timings.get("words", 0.0) + (time.monotonic() - t0) * 1e3
         return words
 
-    def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool) -> tuple[list[_Piece], int]:
-        """The pieces to keep (up to where the text starts repeating itself: a short window
-        makes the decoder run on past the speech) and how many samples they account for."""
+    def _stats(self, result: WindowResult, pieces: list[_Piece]) -> WindowStats:
+        text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
+        lps = [lp for p in pieces for lp in p.logprobs]
+        return WindowStats(text, float(np.mean(lps)) if lps else result.avg_logprob,
+                           result.no_speech_prob, compression_ratio(text))
+
+    def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool,
+              speech: SpeechMap | None = None) -> tuple[list[_Piece], int]:
+        """The pieces to keep and how many samples they account for: up to where the text
+        starts repeating itself over audio that does not (a short window makes the decoder
+        run on past the speech), and, given the VAD's `speech`, only pieces spoken."""
         pieces, advance = self._closed(result, chunk, last)
-        return trim_repeats(pieces), advance
+        pieces = trim_repeats(pieces, speech)
+        if speech is not None:
+            sr = self.spec.sample_rate
+            pieces = [p for p in pieces
+                      if keep_segment(speech, p.start, _end(p, chunk, sr), self.tokenizer.decode(p.tokens))]
+        return pieces, advance
 
     def _stopped_early(self, result: WindowResult, pieces: list[_Piece], chunk: np.ndarray) -> int | None:
         """Where to go on if the decoder opened a segment and stopped at once ("<6.26><6.26>"
@@ -235,18 +302,20 @@ class Transcriber:
             # the audio ends here: an open tail is complete too
             return pieces, stopped_at or len(chunk)
         good: list[_Piece] = []  # closed pieces with believable timestamps, in order
+        ends: list[float] = []
         for p in pieces:
             if p.end is None or p.end - p.start < MIN_S_PER_TOKEN * len(p.tokens):
                 break  # open, or squeezed into a few ms: the loop has begun
             good.append(p)
+            ends.append(p.end)
         if not good:
             # no usable timestamp: keep the text up to where it starts repeating
             return pieces[:1], len(chunk)
-        if len(good) > 1 and good[-1].end > len(chunk) / sr - EDGE_S:
+        if len(good) > 1 and ends[-1] > len(chunk) / sr - EDGE_S:
             good.pop()  # closed by the window edge, maybe mid-word: decode it again
         elif len(good) == len(pieces) and not result.hit_cap:
             return good, stopped_at or len(chunk)  # ended on a timestamp: the window is done
-        advance = int(good[-1].end * sr)
+        advance = int(ends[len(good) - 1] * sr)
         return good, (len(chunk) if advance < MIN_ADVANCE_S * sr else min(advance, len(chunk)))
 
 
@@ -254,23 +323,40 @@ ADJACENT_REPEAT = 4  # tokens: a phrase said again at once ("by a similar proces
 DISTANT_REPEAT = 6  # tokens: a longer phrase coming back anywhere in the window
 
 
-def trim_repeats(pieces: list[_Piece]) -> list[_Piece]:
+def _end(piece: _Piece, chunk: np.ndarray, sample_rate: int) -> float:
+    return piece.end if piece.end is not None else len(chunk) / sample_rate
+
+
+def trim_repeats(pieces: list[_Piece], speech: SpeechMap | None = None) -> list[_Piece]:
     """Cut where the window's text starts repeating itself: a short window makes the decoder
-    run on past the speech. Shorter phrases may recur in real speech ("it was here that ...,
-    it was here that ..."), so only an immediate repeat or a long one counts."""
+    run on past the speech. Shorter phrases recur in real speech ("it was here that ..., it
+    was here that ..."), so only an immediate repeat or a long one counts. A speaker may say
+    a phrase twice ("tear down the fence! tear down the fence!"): a repeat that the decoder
+    timestamped as a segment of its own is kept when the VAD hears enough speech under it
+    for its tokens (`spoken.repeat_is_spoken`). Inside a segment the timestamps cannot tell
+    (word timestamps will)."""
     flat = [(i, j) for i, p in enumerate(pieces) for j in range(len(p.tokens))]
     text = [pieces[i].tokens[j] for i, j in flat]
     last_start: dict[tuple[int, ...], int] = {}
     long_seen: set[tuple[int, ...]] = set()
+    spoken_again = -1  # a piece judged said again: its tokens repeat by right
     for k in range(len(text)):
         short, long = tuple(text[k : k + ADJACENT_REPEAT]), tuple(text[k : k + DISTANT_REPEAT])
         prev = last_start.get(short)
-        if (len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1) or (
-            len(long) == DISTANT_REPEAT and long in long_seen
-        ):
-            i, j = flat[k]
-            cut = _Piece(pieces[i].start, pieces[i].end, pieces[i].tokens[:j], pieces[i].logprobs[:j])
-            return pieces[:i] + ([cut] if cut.tokens else [])
         last_start[short] = k
+        long_seen_before = long in long_seen
         long_seen.add(long)
+        if not ((len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1)
+                or (len(long) == DISTANT_REPEAT and long_seen_before)):
+            continue
+        i, j = flat[k]
+        p = pieces[i]
+        if i == spoken_again:
+            continue
+        if (speech is not None and j == 0 and p.end is not None
+                and repeat_is_spoken(speech, p.start, p.end, len(p.tokens))):
+            spoken_again = i  # said again, as a segment of its own
+            continue
+        cut = _Piece(p.start, p.end, p.tokens[:j], p.logprobs[:j])
+        return pieces[:i] + ([cut] if cut.tokens else [])
     return pieces

@@ -10,8 +10,7 @@ at once; otherwise at the limit it is cut after the quietest frame of the last
 from exactly that sample, so the pieces concatenate to the original audio (`cut=True`
 on all but the last). Everything is held in preallocated frame arrays of one window.
 
-Silero (vad.detector: silero) is not offered: the `silero-vad` package's ONNX model runs
-on onnxruntime alone, but the package itself requires torch to install and to import.
+Which detector judges the frames is `vad.detector` (edgeasr/audio/vad.py).
 """
 
 from __future__ import annotations
@@ -21,22 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-import webrtcvad
 
 from edgeasr.audio.clock import StreamClock
+from edgeasr.audio.vad import make_detector
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
 from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechDetector, SpeechSegment
-
-
-class WebRtcDetector:
-    """webrtcvad (GMM on sub-band energies): cheap, but calls any loud tone speech."""
-
-    def __init__(self, aggressiveness: int) -> None:
-        self._vad = webrtcvad.Vad(aggressiveness)
-
-    def is_speech(self, frame: np.ndarray) -> bool:
-        return self._vad.is_speech(frame.tobytes(), SAMPLE_RATE)
 
 
 @dataclass(frozen=True)
@@ -83,17 +72,26 @@ class PauseFinder:
                  detector: Callable[[], SpeechDetector] | None = None) -> None:
         self._n = SAMPLE_RATE * options.frame_ms // 1000
         self._search = max(1, _frames(options.cut_search_s * 1000, options.frame_ms))
-        self._detector = detector or (lambda: WebRtcDetector(options.aggressiveness))
+        self._detector = detector or (lambda: make_detector(options))
+
+    @property
+    def frame_s(self) -> float:
+        return self._n / SAMPLE_RATE
+
+    def speech(self, audio: np.ndarray) -> np.ndarray:
+        """The VAD's verdict (True: speech) for each whole frame of `audio`, a fresh detector's."""
+        n_frames = len(audio) // self._n
+        frames = (np.clip(audio[: n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
+        detector = self._detector()
+        return np.array([detector.is_speech(f) for f in frames.reshape(-1, self._n)], dtype=bool)
 
     def find(self, audio: np.ndarray) -> int | None:
         """Samples up to the end of the pause frame to cut after, or None if no pause."""
         n_frames = len(audio) // self._n
         lo = max(0, n_frames - self._search)
-        frames = (np.clip(audio[: n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
-        frames = frames.reshape(-1, self._n)
-        detector = self._detector()
-        speech = np.array([detector.is_speech(f) for f in frames], dtype=bool)[lo:]
-        energy = np.mean(np.square(frames[lo:], dtype=np.float32), axis=1)
+        frames = (np.clip(audio[lo * self._n : n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
+        speech = self.speech(audio)[lo:]
+        energy = np.mean(np.square(frames.reshape(-1, self._n), dtype=np.float32), axis=1)
         k, pause = quietest_frame(speech, energy)
         return (lo + k + 1) * self._n if pause else None
 
@@ -106,8 +104,6 @@ class Segmenter:
         clock: StreamClock,
         detector: SpeechDetector | None = None,
     ) -> None:
-        if options.detector != "webrtc":
-            raise ConfigError(f"vad.detector: {options.detector!r} is not allowed (webrtc)")
         fms = options.frame_ms
         self._n = SAMPLE_RATE * fms // 1000  # samples per VAD frame
         self._max_frames = int(round(max_window_s * 1000) // fms)
@@ -123,7 +119,7 @@ class Segmenter:
         self._cut_pause = max(1, _frames(options.cut_pause_ms, fms))
         self._options = options
         self._clock = clock
-        self._detector = detector or WebRtcDetector(options.aggressiveness)
+        self._detector = detector or make_detector(options)
         cap = self._max_frames
         self._audio = np.zeros((cap, self._n), dtype=np.int16)
         self._speech = np.zeros(cap, dtype=bool)
@@ -145,15 +141,16 @@ class Segmenter:
     def frame_samples(self) -> int:
         return self._n
 
-    def open_segment(self) -> OpenSegment | None:
-        """A snapshot of the segment being built, or None while no one speaks."""
+    def open_segment(self, copy: bool = True) -> OpenSegment | None:
+        """A snapshot of the segment being built, or None while no one speaks. copy=False: its
+        samples are a view of the segmenter's buffer, valid until the next push()."""
         if not self._open:
             return None
         spoken = np.flatnonzero(self._speech[: self._count])
         return OpenSegment(
             seq=self._seq,
             start_sample=self._first,
-            samples=self._audio[: self._count].reshape(-1).copy(),
+            samples=self._audio[: self._count].reshape(-1).copy() if copy else self._audio[: self._count].reshape(-1),
             speech_frames=len(spoken),
             silence_ms=self._silence_run * self._options.frame_ms,
             speech_end_mono=float(self._mono[spoken[-1]]) if len(spoken) else self._speech_mono,

@@ -1,9 +1,11 @@
 """`edgeasr bench --dataset DIR`: speed, accuracy and memory of each way to run the model.
 
 Rows (each in its own process, so peak RSS is the row's own): the 30 s fp32 encoder,
-our default 10 s int8 CPU engine, the hybrid Hailo engine (with a device only), the
-full-NPU reference (the fixed-length Hailo decoder without cache, in onnxruntime) and
-faster-whisper int8 on the same weights; then one row per preset. Figures are medians
+our default 10 s int8 CPU engine (the bundle's calibrated decoding settings), the hybrid
+Hailo engine (with a device only), the full-NPU reference (the fixed-length Hailo decoder
+without cache, in onnxruntime) and faster-whisper int8 on the same weights, greedy and
+beam 5 (a weights file in parts, as Whisper base ships, is joined in memory); then one row
+per preset. Every row decodes in the same language: model.language, detected when null. Figures are medians
 and ratios from one run: these machines are shared and noisy.
 
 Rows run one after another, so a busy spell of the machine can slow one row and not the
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from edgeasr.errors import MissingInputError, ToolMissingError
 
@@ -35,6 +38,7 @@ ROWS = {
     "hybrid-hailo": "hybrid: Hailo encoder + CPU decoder",
     "full-npu-ref": "full-NPU reference (fixed-32 decoder, no cache)",
     "faster-whisper": "faster-whisper int8, greedy",
+    "faster-whisper-beam5": "faster-whisper int8, beam 5",
 }
 PRESETS = ("conservative", "balanced", "aggressive")
 
@@ -51,7 +55,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # child process: run one row
-    p.add_argument("--preset", default="balanced", help=argparse.SUPPRESS)
+    p.add_argument("--preset", default=None, help=argparse.SUPPRESS)
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # child: take turns
     p.set_defaults(func=main)
 
@@ -76,7 +80,7 @@ def _engine_row(bundle, args, row: str):
     from edgeasr.audio.segmenter import PauseFinder
 
     backend = "hailo" if row == "hybrid-hailo" else "onnx"
-    cfg = _row_config(args, {"encoder.backend": backend, "decoder.preset": args.preset})
+    cfg = _row_config(args, {"encoder.backend": backend, "decoder.preset": args.preset})  # None: calibrated
     if row == "30s-fp32":
         full = bundle.n_audio_ctx
         audio = dataclasses.replace(bundle.audio, window_s=full * 2 * bundle.audio.hop_length
@@ -84,7 +88,7 @@ def _engine_row(bundle, args, row: str):
         b30 = dataclasses.replace(bundle, audio=audio)
         return Transcriber(b30, OnnxEncoder(bundle, "fp32", args.threads, role="encoder_30s"),
                            DecoderSession(bundle, "fp32", args.threads),
-                           decoding_options(cfg.model, cfg.decoder))
+                           decoding_options(cfg.model, cfg.decoder, bundle))
     return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
 
 
@@ -116,7 +120,7 @@ def _full_npu(bundle, args):
     spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
 
     def run(audio) -> dict:  # fixed 10 s chunks, as Hailo's app walks long audio
-        out = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "steps": 0, "runaway": 0,
+        out: dict[str, Any] = {"text": "", "total_ms": 0.0, "encoder_ms": 0.0, "decoder_ms": 0.0, "steps": 0, "runaway": 0,
                "windows": 0}
         t0 = time.monotonic()
         for start in range(0, len(audio), spec.n_samples):
@@ -136,20 +140,34 @@ def _full_npu(bundle, args):
     return run
 
 
-def _faster_whisper(bundle, args):
+def _ct2_files(bundle) -> dict[str, bytes] | None:
+    """The CTranslate2 model the bundle was imported from, as faster-whisper's in-memory
+    files: model.bin joined from its parts, with the files beside the first part."""
+    source = bundle.manifest["source"]
+    parts = [Path(f) for f in source.get("files", [])]
+    if source.get("kind") != "ctranslate2" or not parts or not all(p.is_file() for p in parts):
+        return None
+    files = {"model.bin": b"".join(p.read_bytes() for p in parts)}
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt", "vocabulary.json"):
+        if (parts[0].parent / name).is_file():
+            files[name] = (parts[0].parent / name).read_bytes()
+    return files
+
+
+def _faster_whisper(bundle, args, beam_size: int = 1):
     try:
         from faster_whisper import WhisperModel
     except ImportError as exc:
         raise ToolMissingError("the faster-whisper row needs the bench extra: pip install 'edgeasr[bench]'") from exc
-    files = bundle.manifest["source"].get("files", [])
-    if bundle.manifest["source"].get("kind") != "ctranslate2" or len(files) != 1:
+    files = _ct2_files(bundle)
+    if files is None:
         return None
-    model = WhisperModel(str(Path(files[0]).parent), device="cpu", compute_type="int8",
-                         cpu_threads=args.threads)
+    model = WhisperModel(bundle.name, device="cpu", compute_type="int8", cpu_threads=args.threads, files=files)
+    language = _row_config(args, {}).model.language if bundle.multilingual else "en"
 
     def run(audio) -> dict:
         t0 = time.monotonic()
-        segments, _ = model.transcribe(audio, beam_size=1, language="en", vad_filter=False)
+        segments, _ = model.transcribe(audio, beam_size=beam_size, language=language, vad_filter=False)
         text = "".join(s.text for s in segments)
         return {"text": text, "total_ms": (time.monotonic() - t0) * 1e3, "encoder_ms": None,
                 "decoder_ms": None, "steps": None, "runaway": 0, "windows": None}
@@ -172,9 +190,9 @@ def _runner(bundle, args, row: str):
         return "the bundle has no 30 s encoder or fp32 decoder (import with --with fp32,30s)"
     if row == "full-npu-ref" and not bundle.has("hailo_decoder"):
         return "the bundle has no fixed-length Hailo decoder (import with --with hailo)"
-    if row == "faster-whisper":
-        run = _faster_whisper(bundle, args)
-        return run if run is not None else "faster-whisper needs a CTranslate2 single-file source"
+    if row in ("faster-whisper", "faster-whisper-beam5"):
+        run = _faster_whisper(bundle, args, 5 if row.endswith("beam5") else 1)
+        return run if run is not None else "faster-whisper needs the CTranslate2 weights the bundle came from"
     if row == "full-npu-ref":
         return _full_npu(bundle, args)
     engine = _engine_row(bundle, args, row)
@@ -274,6 +292,7 @@ def interleaved(args, rows: tuple[str, str], count: int) -> dict:
 
     def ask(row: str, index: int | None) -> dict:
         proc = procs[row]
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # PIPE
         if index is not None:
             proc.stdin.write(f"{index}\n")
             proc.stdin.flush()
@@ -296,10 +315,7 @@ def interleaved(args, rows: tuple[str, str], count: int) -> dict:
         return {"skipped": f"failed: {exc}"}
     finally:
         for proc in procs.values():
-            proc.stdin.close()
-            proc.wait(timeout=60)
-            proc.stdout.close()
-            proc.stderr.close()
+            proc.communicate(timeout=60)  # closes stdin, waits, drains and closes the pipes
     return {"pairs": pairs}
 
 
@@ -317,16 +333,16 @@ def summarize_interleaved(data: dict) -> dict:
     }
 
 
-def _child_cmd(args, row: str, preset: str = "balanced") -> list[str]:
+def _child_cmd(args, row: str, preset: str | None = None) -> list[str]:
     config = ["--config", str(args.config)] if args.config else []
     sets = [arg for item in args.set for arg in ("--set", item)]
     cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", *config, *sets, "bench",
            "--dataset", str(args.set_dir), "--threads", str(args.threads), "--limit", str(args.limit),
-           "--row", row, "--preset", preset]
+           "--row", row] + (["--preset", preset] if preset else [])
     return cmd + ["--model", str(args.model)] if args.model else cmd
 
 
-def _child(args, row: str, preset: str = "balanced") -> dict:
+def _child(args, row: str, preset: str | None = None) -> dict:
     out = subprocess.run(_child_cmd(args, row, preset), capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"skipped": f"failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"}

@@ -29,6 +29,15 @@ def register(subparsers) -> None:
     imp.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
     imp.set_defaults(func=_import)
 
+    calibrate = sub.add_parser("calibrate", help="measure the decoding settings for a bundle's weights on "
+                               "a labelled set and store them in its manifest")
+    calibrate.add_argument("bundle", type=Path, metavar="BUNDLE")
+    calibrate.add_argument("--dataset", type=Path, required=True, metavar="DIR",
+                           help="a directory with manifest.tsv (id, file, duration_s, reference)")
+    calibrate.add_argument("--threads", type=int, default=2)
+    calibrate.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
+    calibrate.set_defaults(func=_calibrate)
+
     lint = sub.add_parser("lint-hailo", help="check an encoder against the Hailo DFC's ONNX parser")
     lint.add_argument("target", type=Path, metavar="BUNDLE", help="a bundle directory or an .onnx file")
     lint.set_defaults(func=_lint)
@@ -72,6 +81,17 @@ def _import(args: argparse.Namespace) -> int:
 
         hef = attach_hef(args.out, args.hef)
         print(f"encoder HEF for {hef.arch}: {hef.path}; {hef.checked}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from edgeasr.bundle import load_bundle
+    from edgeasr.models.calibrate import calibrate, write_decoding
+
+    decoding = calibrate(load_bundle(args.bundle), args.dataset, args.threads)
+    print(json.dumps(decoding, indent=2))
+    if not args.dry_run:
+        write_decoding(args.bundle, decoding)
     return 0
 
 

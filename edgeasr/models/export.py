@@ -34,6 +34,7 @@ from edgeasr import __version__
 from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
+from edgeasr.models.calibrate import apply_known
 from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
 
 log = logging.getLogger(__name__)
@@ -289,6 +290,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
         return m
 
     m = steps.run("manifest", manifest)
+    m = apply_known(out, m)  # decoding settings calibrated for these weights (models/calibrate.py)
     steps.close()
     log.info("bundle %s written to %s in %.1f s", ckpt.name, out, time.monotonic() - t_start)
     return m

@@ -1,0 +1,147 @@
+"""Accuracy behaviours on real speech with real bundles: tails past the window, repetitions,
+no text on silence or noise, language detection, calibrated settings from the manifest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import make_engine, normalize
+
+from edgeasr.audio.files import load_audio
+from edgeasr.bundle import MANIFEST, load_bundle
+from edgeasr.models.calibrate import KNOWN, apply_known, better, descend
+
+pytestmark = pytest.mark.model
+
+MINUTES_2 = 16000 * 120
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_bundle):
+    return make_engine(tiny_bundle)
+
+
+@pytest.fixture(scope="module")
+def base(base_bundle):
+    return make_engine(base_bundle)
+
+
+def clip(dev_dir, name: str) -> np.ndarray:
+    return load_audio(dev_dir / "audio" / f"{name}.wav", 16000)
+
+
+def pink_noise(n: int, rms: float, seed: int) -> np.ndarray:
+    """1/f noise (the dev stream's kind), `rms` of full scale."""
+    spectrum = np.fft.rfft(np.random.default_rng(seed).standard_normal(n))
+    spectrum /= np.sqrt(np.maximum(np.arange(len(spectrum)), 1))
+    noise = np.fft.irfft(spectrum, n)
+    return (noise * rms / np.sqrt(np.mean(noise**2))).astype(np.float32)
+
+
+def test_tails_past_the_window_are_kept(tiny, dev_dir, dev_manifest):
+    """Every utterance longer than a window ends as its reference ends: a phrase after the
+    last carried window edge is not lost."""
+    long = [r for r in dev_manifest if float(r["duration_s"]) > tiny.bundle.audio.window_s]
+    assert len(long) >= 10
+    for row in long:
+        ref = normalize(row["reference"]).split()
+        hyp = normalize(tiny.transcribe(clip(dev_dir, row["id"])).text).split()
+        assert set(ref[-3:]) & set(hyp[-5:]), (row["id"], hyp[-5:])
+        assert len(hyp) >= 0.85 * len(ref), (row["id"], " ".join(hyp))
+
+
+@pytest.mark.parametrize("engine_name", ["tiny", "base"])
+def test_a_phrase_said_twice_is_kept_twice(engine_name, request, dev_dir):
+    """ "go forward ten meters", a pause, "go forward ten meters": a speaker repeating
+    himself is not a decoding loop. (With half a second between them base itself writes
+    the phrase once, whatever the rules: the pause is a second.)"""
+    engine = request.getfixturevalue(engine_name)
+    phrase = clip(dev_dir, "cmu_goforward")
+    audio = np.concatenate([phrase, np.zeros(16000, np.float32), phrase])
+    words = normalize(engine.transcribe(audio).text).split()
+    assert words.count("forward") == 2, words
+
+
+@pytest.mark.parametrize("engine_name", ["tiny", "base"])
+@pytest.mark.parametrize("kind", ["silence", "pink noise", "white noise"])
+def test_two_minutes_without_speech_give_no_text(engine_name, kind, request):
+    engine = request.getfixturevalue(engine_name)
+    if kind == "silence":
+        audio = np.zeros(MINUTES_2, np.float32)
+    elif kind == "pink noise":
+        audio = pink_noise(MINUTES_2, 0.02, seed=1)
+    else:
+        audio = (0.02 * np.random.default_rng(2).standard_normal(MINUTES_2)).astype(np.float32)
+    result = engine.transcribe(audio)
+    assert result.text == "", result.text
+    assert result.windows >= 12
+
+
+def test_language_is_detected_in_english_and_german(base, dev_dir, tmp_path):
+    """Per audio, from its first window (model.language null), and reported; no language
+    or task token comes out as text."""
+    english = base.transcribe(clip(dev_dir, "jfk_inaugural-1961"))
+    assert english.language == "en" and "country" in english.text.lower()
+    wav = tmp_path / "de.wav"
+    sentence = "Guten Morgen. Heute ist das Wetter schön, und wir gehen in den Park."
+    subprocess.run(["espeak-ng", "-v", "de", "-w", str(wav), sentence], check=True)
+    german = base.transcribe(load_audio(wav, 16000))
+    assert german.language == "de"
+    assert {"guten", "morgen", "park"} <= set(german.text.lower().replace(",", " ").replace(".", " ").split())
+    for text in (english.text, german.text):
+        assert "<|" not in text and "|>" not in text
+
+
+def test_calibrated_settings_are_read_from_the_manifest(tiny_bundle, tmp_path):
+    """A bundle's `decoding` section sets every decoder key the config leaves at null; a
+    key the config sets wins."""
+    copy = tmp_path / "bundle"
+    copy.mkdir()
+    for f in tiny_bundle.iterdir():
+        if f.name != MANIFEST:
+            (copy / f.name).symlink_to(f)
+    manifest = json.loads((tiny_bundle / MANIFEST).read_text())
+    manifest["decoding"] = {"values": {"encoder_padding": 0, "repetition_penalty": 1.0, "eos_threshold": None,
+                                       "condition_on_previous_text": True, "on_gate_fail": "retry"}}
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    engine = make_engine(copy)
+    o = engine.options
+    assert (o.encoder_padding, o.repetition_penalty, o.eos_threshold, o.condition_on_previous_text) == (0, 1.0, None, True)
+    assert engine.on_gate_fail == "retry"
+    overridden = make_engine(copy, **{"decoder.repetition_penalty": 1.2, "decoder.on_gate_fail": "drop"})
+    assert overridden.options.repetition_penalty == 1.2 and overridden.on_gate_fail == "drop"
+    assert make_engine(copy, **{"decoder.preset": "balanced"}).options.encoder_padding == 700
+
+
+def test_importing_known_weights_applies_their_calibration(base_bundle, tmp_path):
+    """models/known.json holds the values calibrated for the shipped weights (by sha256):
+    an imported bundle gets them, and the engine uses them."""
+    bundle = load_bundle(base_bundle)
+    known = json.loads(KNOWN.read_text())[bundle.manifest["source"]["sha256"]]
+    assert bundle.decoding == known["values"]
+    other = tmp_path / MANIFEST
+    shutil.copy(base_bundle / MANIFEST, other)
+    manifest = json.loads(other.read_text())
+    manifest.pop("decoding")
+    manifest["source"]["sha256"] = "0" * 64
+    assert "decoding" not in apply_known(tmp_path, manifest)  # unknown weights: nothing added
+
+
+def test_the_calibration_takes_only_clear_wins():
+    """The procedure's rule: half a point on the whole set, and no group a point worse."""
+    current = {"all": 0.10, "short": 0.08, "long": 0.13}
+    assert better({"all": 0.09, "short": 0.075, "long": 0.135}, current)
+    assert not better({"all": 0.097, "short": 0.07, "long": 0.12}, current)  # within the noise
+    assert not better({"all": 0.08, "short": 0.05, "long": 0.15}, current)  # a group pays for it
+
+    def evaluate(values: dict) -> dict[str, float]:  # penalty 1.0 wins clearly, padding 0 barely
+        wer = 0.10 - 0.02 * (values["repetition_penalty"] == 1.0) - 0.003 * (values["encoder_padding"] == 0)
+        return {"all": wer, "short": wer}
+
+    values, scores = descend(evaluate, lambda v, s: None)
+    assert values["repetition_penalty"] == 1.0 and values["encoder_padding"] == 700
+    assert scores["all"] == pytest.approx(0.08)

@@ -1,0 +1,85 @@
+"""Rules that judge decoded text by the audio under it, and the text repairs: on real dev audio
+and the transcripts the issue quotes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgeasr.asr.cleanup import drop_unpaired_quotes, join_bare_punctuation, tidy, unpaired_quotes
+from edgeasr.asr.spoken import SpeechMap, keep_segment, stock_phrase
+from edgeasr.asr.transcriber import _Piece, trim_repeats
+from edgeasr.audio.files import load_audio
+from edgeasr.audio.segmenter import PauseFinder
+from edgeasr.config import VadOptions
+from edgeasr.stages import TextSegment, Word
+
+
+def seg(start: float, end: float, text: str) -> TextSegment:
+    return TextSegment(start, end, text, (1, 2), -0.2, 0.01, 1.0)
+
+
+def test_a_lone_full_stop_joins_the_text_before_it():
+    out = join_bare_punctuation([seg(0, 4, " They were all sleeping"), seg(4, 4.3, " .")])
+    assert [s.text for s in out] == [" They were all sleeping."]
+    assert out[0].end == 4.3
+    assert join_bare_punctuation([seg(0, 0.3, " ."), seg(0.3, 2, " Hello")])[0].text == " Hello"
+
+
+def test_the_unpaired_quote_of_the_issue_is_removed():
+    text = ' which led me to leave my native country." The narrative would be tedious to him.'
+    assert unpaired_quotes(text) == {text.index('"')}
+    parts = [seg(0, 5, ' which led me to leave my native country."'), seg(5, 9, " The narrative would be tedious to him.")]
+    out = drop_unpaired_quotes(parts)
+    assert "".join(s.text for s in out) == text.replace('"', "")
+    paired = [seg(0, 3, ' He said "stop" and left.')]
+    assert tidy(paired) == paired  # a quote with its pair stays
+
+
+def worded(start: float, text: str) -> TextSegment:
+    """A segment whose words (one per space-led piece, half a second each) spell its text."""
+    words = tuple(Word(" " + w, start + i / 2, start + (i + 1) / 2, 0.9) for i, w in enumerate(text.split()))
+    return TextSegment(start, start + len(words) / 2, text, (1, 2), -0.2, 0.01, 1.0, words)
+
+
+def test_the_repairs_keep_the_words_spelling_the_text():
+    out = tidy([worded(0, ' which led me to leave my native country."'), worded(4, " The end"), worded(5, " .")])
+    assert [s.text for s in out] == [" which led me to leave my native country.", " The end."]
+    for s in out:
+        assert "".join(w.word for w in s.words) == s.text
+    assert out[1].words[-1] == Word(" end.", 4.5, 5.5, 0.9)  # the full stop's end
+
+
+def test_stock_phrases_are_recognised_whatever_the_punctuation():
+    assert stock_phrase(" Thank you.") and stock_phrase("you") and stock_phrase("Thanks for watching!")
+    assert not stock_phrase(" Thank you for the fence.")
+
+
+@pytest.fixture(scope="module")
+def front_center(dev_dir):
+    """cmu_goforward ("go forward ten meters", 2.8 s) then 3 s of digital silence, as a speech map."""
+    speech = load_audio(dev_dir / "audio" / "cmu_goforward.wav", 16000)
+    audio = np.concatenate([speech, np.zeros(16000 * 3, np.float32)])
+    finder = PauseFinder(VadOptions())
+    return SpeechMap(finder.speech(audio), finder.frame_s), len(speech) / 16000
+
+
+def test_a_segment_over_silence_is_dropped_and_one_over_speech_kept(front_center):
+    speech, speech_end = front_center
+    assert keep_segment(speech, 0.0, speech_end, " Go forward ten meters.")
+    assert not keep_segment(speech, speech_end + 0.6, speech_end + 2.0, " Go forward ten meters.")
+    # a stock phrase needs speech under most of it
+    assert not keep_segment(speech, speech_end - 0.3, speech_end + 1.5, " Thank you.")
+
+
+def test_a_repeat_over_speech_is_kept_and_one_over_silence_cut(front_center):
+    """"go forward ten meters" said twice, as two timestamped segments: kept if the second has speech
+    under it, cut where it lies over the silence after the speech (a loop)."""
+    speech, speech_end = front_center
+    words = [100, 200, 300, 400, 13]  # any five tokens: the rule looks only at ids and times
+    half = speech_end / 2
+    said_twice = [_Piece(0.0, half, words, [-0.1] * 5), _Piece(half, speech_end, words, [-0.1] * 5)]
+    assert trim_repeats(said_twice, speech) == said_twice
+    looping = [_Piece(0.0, speech_end, words, [-0.1] * 5), _Piece(speech_end + 0.5, speech_end + 2.5, words, [-0.1] * 5)]
+    assert trim_repeats(looping, speech) == looping[:1]
+    assert trim_repeats(said_twice) == said_twice[:1]  # without the VAD, every repeat is a loop
