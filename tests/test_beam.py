@@ -10,13 +10,16 @@ each good to ~1e-6 of the logits' scale of ~10: we allow 1e-3).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from edgeasr.asr.beam import BeamDecoder, best_candidates
-from edgeasr.asr.decoding import DecoderSession
+from edgeasr.asr.decoding import DecoderSession, decode_window, preset_options
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
+from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ConfigError, ModelError
@@ -75,6 +78,26 @@ def test_the_engine_decodes_with_a_beam(tiny_bundle, dev_dir, dev_manifest):
         assert ours.segments and all(s.end > s.start for s in ours.segments)
         assert wer(row["reference"], ours.text) <= wer(row["reference"], theirs.text) + 0.1, row["id"]
         assert ours.decoder_steps >= ours.tokens
+
+
+def test_the_beam_follows_the_prompt_and_samples_above_temperature_0(tiny_bundle, dev_dir):
+    """The transcriber's decode hook with decode_window's arguments: earlier text as prompt
+    (the hypotheses start after it), and at a temperature above 0 the fallback's sampling, the
+    same draw as decode_window's from the same generator."""
+    from test_export import CLIPS, mel_of
+
+    bundle = load_bundle(tiny_bundle)
+    encoder, session = OnnxEncoder(bundle, "int8"), DecoderSession(bundle, "int8", 2)
+    beam = BeamDecoder(bundle, session, 3, "int8", 2)
+    features = encoder.encode(mel_of(dev_dir, CLIPS[1], bundle))
+    options = preset_options("balanced")
+    prompt = Tokenizer(bundle).encode(" The printing press.")
+    result = beam(session, features, options, 9.0, prompt=prompt)
+    assert result.tokens and beam.batch.length == len(prompt) + 1 + result.timings_ms["steps"]
+    warm = replace(options, temperature=0.8)
+    sampled = beam(session, features, warm, 9.0, rng=np.random.default_rng(3))
+    assert sampled.tokens == decode_window(session, features, warm, 9.0, rng=np.random.default_rng(3)).tokens
+    assert sampled.timings_ms["steps"] == len(sampled.tokens) + 1  # greedy's count: no batched step ran
 
 
 def test_best_candidates_are_the_best_continuations():
