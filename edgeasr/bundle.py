@@ -25,16 +25,23 @@ VERIFIED = ".verified.json"
 # 7: graphs built node by node from the weights with the onnx package (no torch export),
 # every weight a named initializer; the fp32 graphs, the Hailo decoder and the 30 s encoder
 # are there only when imported with those extras (manifest `extras`), so a reader can no
-# longer count on them
-FORMAT = "edgeasr-bundle/7"
+# longer count on them; 8: decoder_align (the alignment heads' cross-attention, for word
+# timestamps) in the default bundle, int8 but its MLPs (fp32 with the fp32 extra); the beam
+# extra: decoder_step_batch, the step for several hypotheses at once
+FORMAT = "edgeasr-bundle/8"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one
 # mean row per silence level (manifest `silence_levels`); the decoder pads with it
 SILENCE_ROLE = "silence_rows"
+# The decoder over a whole sequence, to the alignment heads' cross-attention (word timestamps)
+ALIGN_ROLE = "decoder_align"
+# The decoder step for a beam's hypotheses in one run (extra `beam`)
+BATCH_STEP_ROLE = "decoder_step_batch"
 # Roles that only a bundle imported with an extra holds (`edgeasr models import --with`)
 EXTRA_ROLES = {"encoder": "fp32 or --with hailo", "decoder_cross": "fp32", "decoder_step": "fp32",
-               "hailo_decoder": "hailo", "encoder_30s": "30s"}
+               "decoder_align": "fp32", "hailo_decoder": "hailo", "encoder_30s": "30s",
+               "decoder_step_batch": "beam", "decoder_step_batch_int8": "beam"}
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ class Bundle:
     silence_levels: tuple[float, ...]  # log-mel value of silence, one per row of silence_rows
     # decoding settings calibrated for these weights (`edgeasr models calibrate`); {} = none
     decoding: dict
+    alignment_heads: tuple[tuple[int, int], ...] = ()  # [layer, head] pairs whose attention follows the audio
 
     def path(self, role: str) -> Path:
         """The file for a role (encoder, encoder_int8, decoder_step, tokenizer, ...)."""
@@ -189,6 +197,7 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
             n_audio_ctx=model["n_audio_ctx"],
             silence_levels=tuple(m["silence_levels"]),
             decoding=dict(m.get("decoding", {}).get("values", {})),
+            alignment_heads=tuple((int(layer), int(head)) for layer, head in m["alignment_heads"]),
         )
     except (KeyError, TypeError) as exc:
         raise ModelError(f"{mpath}: incomplete manifest ({exc})") from exc

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "edgeasr.commands.check",
     "edgeasr.commands.devices",
     "edgeasr.commands.bench_wyoming",
+    "edgeasr.commands.bench_decoder",
 )
 
 

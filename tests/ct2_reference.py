@@ -82,3 +82,22 @@ class Ct2Whisper:
             return_logits_vocab=True, suppress_tokens=suppress_tokens, suppress_blank=suppress_blank,
         )[0]
         return result.sequences_ids[0][:max_new], [np.array(step) for step in result.logits[0][:max_new]]
+
+    def align(self, features: np.ndarray, start_sequence: list[int], text_tokens: list[int], num_frames: int):
+        """Whisper.align with openai's median filter width (7): its `alignments`, the dynamic time
+        warping path as (text token index, position) pairs (the last index is end-of-text's),
+        and `text_token_probs`. `num_frames`: the real mel frames (it halves them itself)."""
+        return self.model.align(self._view(features), start_sequence, [text_tokens], [num_frames],
+                                median_filter_width=7)[0]
+
+    def beam(self, features: np.ndarray, prompt: list[int], size: int, max_new: int,
+             suppress_tokens: list[int]) -> tuple[list[int], float]:
+        """Beam search as faster-whisper asks for it (patience 1, length_penalty 1), blank
+        suppressed at the start: the best hypothesis (end-of-text excluded) and its score (sum of
+        log-probabilities, end-of-text's included, divided by the length)."""
+        result = self.model.generate(
+            self._view(features), [prompt], beam_size=size, patience=1, length_penalty=1,
+            max_length=2 * max_new + len(prompt), suppress_tokens=suppress_tokens, suppress_blank=True,
+            return_scores=True,
+        )[0]
+        return result.sequences_ids[0], result.scores[0]

@@ -45,6 +45,24 @@ def test_transcribe_json_contract(tiny_default_bundle, dev_dir, dev_manifest):
     assert lines[0]["windows"] == 2 and lines[0]["duration_s"] == pytest.approx(11.0, abs=0.1)
 
 
+def test_transcribe_json_words(tiny_default_bundle, dev_dir):
+    """--words (output.words): each segment's words, timed from the file's start, and what
+    timing them cost."""
+    proc = edgeasr("transcribe", "--model", str(tiny_default_bundle), "--json", "--words",
+                   str(dev_dir / "audio" / "jfk_inaugural-1961.wav"))
+    assert proc.returncode == 0, proc.stderr.decode()
+    obj = json.loads(proc.stdout.decode())
+    assert obj["timings_ms"]["words"] > 0
+    for seg in obj["segments"]:
+        assert " ".join(w["word"] for w in seg["words"]) == seg["text"]
+        for w in seg["words"]:
+            assert set(w) == {"word", "start", "end", "probability"}
+            assert seg["start"] - 1.0 <= w["start"] <= w["end"] <= seg["end"] + 1.0
+            assert 0 < w["probability"] <= 1
+    words = [w["word"] for seg in obj["segments"] for w in seg["words"]]
+    assert words[:4] == ["And", "so,", "my", "fellow"] and words[-1] == "country."
+
+
 def test_transcribe_bad_files_do_not_stop_the_others(tiny_default_bundle, dev_dir, tmp_path):
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunkjunk")

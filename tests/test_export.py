@@ -44,8 +44,8 @@ RELATIVE_TOLERANCE = 1e-4  # of max |reference|: see the module docstring
 CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en",
          "jfk_inaugural-1961"]
 PROMPT_TEXT = [440, 1110]  # two text tokens after the prompt: the step then has a cache to read
-DEFAULT_ROLES = {"encoder_int8", "decoder_cross_int8", "decoder_step_int8", "token_embedding",
-                 "silence_rows", "tokenizer"}
+DEFAULT_ROLES = {"encoder_int8", "decoder_cross_int8", "decoder_step_int8", "decoder_align_int8",
+                 "token_embedding", "silence_rows", "tokenizer"}
 DEFAULT_BUNDLE_MAX_MB = 150
 
 
@@ -96,8 +96,9 @@ def test_manifest_describes_the_bundle(tiny_bundle):
     assert len(m["source"]["sha256"]) == 64 and m["edgeasr_version"]
     assert len(m["suppress_tokens"]) > 80 and m["begin_suppress_tokens"] == [220, 50256]
     assert m["alignment_heads"] and m["files"]["encoder"]["bytes"] > 1e6
-    assert m["extras"] == ["30s", "fp32", "hailo"]
-    assert set(m["files"]) == DEFAULT_ROLES | {"encoder", "decoder_cross", "decoder_step",
+    assert m["extras"] == ["30s", "beam", "fp32", "hailo"]
+    assert set(m["files"]) == DEFAULT_ROLES | {"encoder", "decoder_cross", "decoder_step", "decoder_align",
+                                               "decoder_step_batch", "decoder_step_batch_int8",
                                                "hailo_decoder", "encoder_30s"}
 
 
@@ -328,7 +329,7 @@ def test_hugging_face_directory_imports_to_the_same_graphs(tiny_checkpoint, tiny
     for key in ("tokens", "suppress_tokens", "begin_suppress_tokens", "alignment_heads", "model",
                 "audio", "silence_levels", "tensors"):
         assert manifest[key] == ours[key], key
-    for role in ("encoder", "decoder_cross", "decoder_step", "token_embedding", "silence_rows"):
+    for role in ("encoder", "decoder_cross", "decoder_step", "decoder_align", "token_embedding", "silence_rows"):
         assert manifest["files"][role]["sha256"] == ours["files"][role]["sha256"], role
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -20,7 +21,7 @@ from edgeasr import __version__
 from edgeasr.errors import OutputError
 from edgeasr.output import payload as msgs
 from edgeasr.output.outbox import Outbox
-from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcript, Transcription
+from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcript, Transcription, Word
 
 SOURCE = {"device_id": "d", "model": "m", "backend": "b"}
 PARTIAL = "partial"  # the $defs entry of the partial message
@@ -96,6 +97,42 @@ def test_transcript_is_valid_and_carries_the_inputs():
     assert message["timings_ms"] == {"features": 3.1, "encoder": 41.0, "decoder": 120.5, "total": 164.6}
     assert message["latency_ms"] == pytest.approx(432.1, abs=0.1)
     assert not any(key.startswith("_") for key in message)
+
+
+def with_words(transcription: Transcription) -> Transcription:
+    """The segments with words, as the engine times them with output.words (seconds from the
+    audio start, the leading space kept)."""
+    words = [(Word(" Hello", 0.1, 0.42, 0.9871), Word(" there,", 0.42, 0.9, 0.61234)),
+             (Word(" general.", 1.3, 2.05, 0.5),)]
+    segments = tuple(dataclasses.replace(s, words=w) for s, w in zip(transcription.segments, words))
+    return dataclasses.replace(transcription, segments=segments)
+
+
+def test_transcript_words_with_output_words():
+    segment, transcription = make_inputs()
+    message = msgs.finish(draft(segment, with_words(transcription)), now_mono=segment.speech_end_mono, seq=1)
+    validator().validate(message)
+    assert message["words"] == [
+        {"word": "Hello", "start": 0.1, "end": 0.42, "probability": 0.9871},
+        {"word": "there,", "start": 0.42, "end": 0.9, "probability": 0.6123},
+        {"word": "general.", "start": 1.3, "end": 2.05, "probability": 0.5},
+    ]
+    assert "words" not in make_transcript()  # output.words off: the engine timed none
+
+
+@pytest.mark.parametrize("change", [
+    lambda w: w.pop("probability"),
+    lambda w: w.update(start=-0.1),
+    lambda w: w.update(word=""),
+    lambda w: w.update(probability=1.5),
+    lambda w: w.update(tokens=[1, 2]),
+])
+def test_schema_rejects_broken_words(change):
+    segment, transcription = make_inputs()
+    message = msgs.finish(draft(segment, with_words(transcription)), now_mono=segment.speech_end_mono, seq=1)
+    change(message["words"][1])
+    with pytest.raises(jsonschema.ValidationError):
+        validator().validate(message)
 
 
 def test_each_transcript_gets_its_own_id():

@@ -12,7 +12,7 @@ from edgeasr.asr.transcriber import _Piece, trim_repeats
 from edgeasr.audio.files import load_audio
 from edgeasr.audio.segmenter import PauseFinder
 from edgeasr.config import VadOptions
-from edgeasr.stages import TextSegment
+from edgeasr.stages import TextSegment, Word
 
 
 def seg(start: float, end: float, text: str) -> TextSegment:
@@ -34,6 +34,20 @@ def test_the_unpaired_quote_of_the_issue_is_removed():
     assert "".join(s.text for s in out) == text.replace('"', "")
     paired = [seg(0, 3, ' He said "stop" and left.')]
     assert tidy(paired) == paired  # a quote with its pair stays
+
+
+def worded(start: float, text: str) -> TextSegment:
+    """A segment whose words (one per space-led piece, half a second each) spell its text."""
+    words = tuple(Word(" " + w, start + i / 2, start + (i + 1) / 2, 0.9) for i, w in enumerate(text.split()))
+    return TextSegment(start, start + len(words) / 2, text, (1, 2), -0.2, 0.01, 1.0, words)
+
+
+def test_the_repairs_keep_the_words_spelling_the_text():
+    out = tidy([worded(0, ' which led me to leave my native country."'), worded(4, " The end"), worded(5, " .")])
+    assert [s.text for s in out] == [" which led me to leave my native country.", " The end."]
+    for s in out:
+        assert "".join(w.word for w in s.words) == s.text
+    assert out[1].words[-1] == Word(" end.", 4.5, 5.5, 0.9)  # the full stop's end
 
 
 def test_stock_phrases_are_recognised_whatever_the_punctuation():

@@ -4,13 +4,15 @@
   before it: joined with a space it would score as a word.
 - A double quote without its pair (`...my native country." The narrative...`): Whisper
   learnt quoted speech from subtitles, and a window cut inside the quote keeps one half.
+
+A segment's words (output.words) are repaired with its text, so that they still spell it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from edgeasr.stages import TextSegment
+from edgeasr.stages import TextSegment, Word
 
 QUOTE = '"'
 
@@ -29,8 +31,17 @@ def join_bare_punctuation(segments: list[TextSegment]) -> list[TextSegment]:
         elif out and s.text.strip():
             prev = out[-1]
             out[-1] = dataclasses.replace(prev, text=prev.text.rstrip() + s.text.strip(), end=s.end,
-                                          tokens=prev.tokens + s.tokens)
+                                          tokens=prev.tokens + s.tokens, words=_append(prev.words, s))
     return out
+
+
+def _append(words: tuple[Word, ...], bare: TextSegment) -> tuple[Word, ...]:
+    """The words with a bare-punctuation segment's text joined to the last one."""
+    if not words:
+        return words
+    last = words[-1]
+    end = max([last.end, *(w.end for w in bare.words)])
+    return (*words[:-1], dataclasses.replace(last, word=last.word.rstrip() + bare.text.strip(), end=end))
 
 
 def unpaired_quotes(text: str) -> set[int]:
@@ -57,10 +68,28 @@ def drop_unpaired_quotes(segments: list[TextSegment]) -> list[TextSegment]:
         return segments
     out, offset = [], 0
     for s in segments:
-        kept = "".join(c for i, c in enumerate(s.text) if offset + i not in remove)
+        here = {i - offset for i in remove if 0 <= i - offset < len(s.text)}
         offset += len(s.text)
-        out.append(dataclasses.replace(s, text=kept) if kept != s.text else s)
+        if here:
+            s = dataclasses.replace(s, text=_drop(s.text, here), words=_drop_in_words(s.words, here))
+        out.append(s)
     return out
+
+
+def _drop(text: str, at: set[int]) -> str:
+    return "".join(c for i, c in enumerate(text) if i not in at)
+
+
+def _drop_in_words(words: tuple[Word, ...], at: set[int]) -> tuple[Word, ...]:
+    """The words with the characters at these indexes of their joined text removed; a word
+    left without a letter or digit is dropped."""
+    out, offset = [], 0
+    for w in words:
+        text = _drop(w.word, {i - offset for i in at})
+        offset += len(w.word)
+        if text == w.word or has_words(text):
+            out.append(dataclasses.replace(w, word=text) if text != w.word else w)
+    return tuple(out)
 
 
 def tidy(segments: list[TextSegment]) -> list[TextSegment]:

@@ -177,6 +177,8 @@ class DecoderSession:
         self._new = np.zeros((bundle.decoder_layers, 2, 0, bundle.d_model), np.float32)
         self.cross_binding = self.cross.io_binding()
         self._cross_positions = 0
+        self._cross: dict[str, np.ndarray] = {}
+        self.cross_bias = np.zeros(0, np.float32)
         self.length = 0
 
     def start(self, audio_features: np.ndarray, padding: int, silence: float | None = None) -> None:
@@ -200,6 +202,7 @@ class DecoderSession:
         self.cross_binding.bind_cpu_input("audio_features", audio_features)
         self.cross.run_with_iobinding(self.cross_binding)
         self.binding.bind_cpu_input("cross_bias", bias)
+        self.cross_bias = bias
         self.length = 0
 
     def _bind_cross(self, positions: int) -> None:
@@ -214,6 +217,13 @@ class DecoderSession:
                 self.cross_binding.bind_output(f"cross_{kind}{i}", "cpu", 0, np.float32, shape, address)
                 self.binding.bind_input(f"cross_{kind}{i}", "cpu", 0, np.float32, shape, address)
         self._cross_positions = positions
+
+    def cross_inputs(self) -> dict[str, np.ndarray]:
+        """The window's cross K/V and score bias by graph input name, as `start` left them:
+        what the word aligner and the beam's batched step read in place."""
+        inputs = {f"cross_{kind}{i}": self._cross[kind][i] for kind in self._cross
+                  for i in range(self.bundle.decoder_layers)}
+        return {**inputs, "cross_bias": self.cross_bias}
 
     def step(self, tokens: list[int]) -> np.ndarray:
         """Feed tokens after the cached ones; returns the next token's logits [n_vocab].
@@ -276,6 +286,30 @@ def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> 
     return int(rng.choice(len(p), p=p / p.sum()))
 
 
+def feed_prompt(session: DecoderSession, options: DecodingOptions,
+                prompt: Sequence[int] = ()) -> tuple[np.ndarray, float, str]:
+    """Run a window's prompt (earlier text after <|startofprev|>, then start of transcript,
+    then language and task for multilingual bundles) through the session just started: the
+    first text token's logits, the no-speech probability and the language."""
+    bundle, tok = session.bundle, session.bundle.tokens
+    logits = session.step([tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot])
+    no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
+    language = "en"
+    if bundle.multilingual:
+        language = options.language or _detect_language(logits, bundle)
+        if language not in tok.languages:
+            raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
+        task = tok.translate if options.task == "translate" else tok.transcribe
+        logits = session.step([tok.languages[language], task])
+    return logits, no_speech_prob, language
+
+
+def token_cap(session: DecoderSession, options: DecodingOptions, window_s: float) -> int:
+    """Text tokens a window may take after its prompt (runaway loops stop there)."""
+    cap = max(4, math.ceil(options.max_tokens_per_s * window_s))
+    return min(cap, session.bundle.n_text_ctx - session.length - 1)
+
+
 def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
                   window_s: float, silence: float | None = None, chain: list | None = None,
                   prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
@@ -289,17 +323,8 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     t0 = time.monotonic()
     session.start(audio_features, options.encoder_padding, silence)
     t1 = time.monotonic()
-    logits = session.step([tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot])
-    no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
-    language = "en"
-    if bundle.multilingual:
-        language = options.language or _detect_language(logits, bundle)
-        if language not in tok.languages:
-            raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
-        task = tok.translate if options.task == "translate" else tok.transcribe
-        logits = session.step([tok.languages[language], task])
-    cap = max(4, math.ceil(options.max_tokens_per_s * window_s))
-    cap = min(cap, bundle.n_text_ctx - session.length - 1)
+    logits, no_speech_prob, language = feed_prompt(session, options, prompt)
+    cap = token_cap(session, options, window_s)
     tokens: list[int] = []
     logprobs: list[float] = []
     hit_cap = True

@@ -7,10 +7,12 @@ one place each setting is declared. Where long audio is cut at pauses is the cal
 
 from __future__ import annotations
 
+from edgeasr.asr.beam import BeamDecoder
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
 from edgeasr.asr.transcriber import Fallback, PauseFinding, Transcriber
+from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
 from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
 
@@ -50,11 +52,13 @@ def gates(decoder: DecoderConfig) -> tuple[Gate, ...]:
 
 
 def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
-                 decoder: DecoderConfig, pauses: PauseFinding | None = None) -> Transcriber:
+                 decoder: DecoderConfig, pauses: PauseFinding | None = None,
+                 words: bool = False) -> Transcriber:
     """The engine for these settings; `pauses` finds where a window of long audio can end in
-    a pause (the segmenter's rule), None to cut long audio at timestamps only."""
+    a pause (the segmenter's rule), None to cut long audio at timestamps only; `words`:
+    word timestamps in the segments (output.words)."""
     single_threaded_blas()
-    return Transcriber(
+    engine = Transcriber(
         bundle,
         create_encoder(bundle, encoder),
         DecoderSession(bundle, decoder.precision, decoder.threads),
@@ -64,6 +68,12 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         Fallback(decoder.fallback_temperature_step),
         pauses=pauses,
     )
+    if decoder.beam_size > 1:
+        engine.decode = BeamDecoder(bundle, engine.decoder, decoder.beam_size, decoder.precision,
+                                    decoder.threads)
+    if words:
+        engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
+    return engine
 
 
 def reconfigure(engine: Transcriber, model: ModelConfig, decoder: DecoderConfig) -> None:

@@ -25,9 +25,10 @@ from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
 from edgeasr.asr.spoken import SpeechMap, keep_segment, repeat_is_spoken
 from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
 from edgeasr.errors import ConfigError
-from edgeasr.stages import TextSegment, Transcription
+from edgeasr.stages import TextSegment, Transcription, Word
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,10 @@ class Transcriber:
         a = bundle.audio
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
+        # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
+        # greedy or sampled; beam.BeamDecoder has its signature), and word timestamps (output.words)
+        self.decode: Callable[..., WindowResult] = decode_window
+        self.aligner: WordAligner | None = None
 
     def feature_stream(self) -> MelStream:
         return MelStream(self.spec)
@@ -184,7 +189,8 @@ class Transcriber:
                 dropped += 1
                 pieces = []
             offset = seek / sr
-            for p in pieces:
+            words = self._words(pieces, chunk, result, offset, timings)
+            for p, piece_words in zip(pieces, words):
                 text = self.tokenizer.decode(p.tokens)
                 if not text.strip():
                     continue
@@ -193,7 +199,7 @@ class Transcriber:
                     end=round(offset + (p.end if p.end is not None else len(chunk) / sr), 3),
                     text=text, tokens=tuple(p.tokens),
                     avg_logprob=float(np.mean(p.logprobs)), no_speech_prob=result.no_speech_prob,
-                    compression_ratio=compression_ratio(text)))
+                    compression_ratio=compression_ratio(text), words=piece_words))
                 context += p.tokens
             seek += decoded.advance
             if not final and reaches_end:
@@ -225,9 +231,9 @@ class Transcriber:
         for temperature in temperatures:
             # a high temperature's sample does not follow the prompt: drop it (faster-whisper)
             text_before = prompt if temperature <= self.fallback.prompt_reset_temperature else []
-            result = decode_window(self.decoder, features, replace(options, temperature=temperature),
-                                   len(chunk) / self.spec.sample_rate, silence, prompt=text_before,
-                                   rng=rng, should_stop=should_stop)
+            result = self.decode(self.decoder, features, replace(options, temperature=temperature),
+                                 len(chunk) / self.spec.sample_rate, silence, prompt=text_before,
+                                 rng=rng, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += int(result.timings_ms["steps"])
             pieces, advance = self._keep(result, chunk, last, speech, more)
@@ -246,6 +252,16 @@ class Transcriber:
                 self.on_gate_fail == "keep" or (self.on_gate_fail == "retry" and decoded.failed_gate != "no_speech")):
             decoded.failed_gate = None
         return decoded
+
+    def _words(self, pieces: list[_Piece], chunk: np.ndarray, result: WindowResult, offset: float,
+               timings: dict[str, float]) -> list[tuple[Word, ...]]:
+        """Each kept piece's words, timed from the audio start (none without an aligner)."""
+        if self.aligner is None:
+            return [() for _ in pieces]
+        t0 = time.monotonic()
+        words = self.aligner.words(pieces, len(chunk), result.language, self.options.task, offset)
+        timings["words"] = timings.get("words", 0.0) + (time.monotonic() - t0) * 1e3
+        return words
 
     def _stats(self, result: WindowResult, pieces: list[_Piece]) -> WindowStats:
         text = self.tokenizer.decode([t for p in pieces for t in p.tokens])

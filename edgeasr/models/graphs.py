@@ -7,6 +7,9 @@
   window.
 - `decoder_step`: one cached decoder call for n new tokens through the vocabulary
   projection (opset 17, CPU only).
+- `decoder_align`: the decoder over a whole token sequence at once, to the cross-attention
+  scores of the alignment heads (word timestamps; opset 17, CPU only).
+The beam's batched step is in `batch_graph.py`.
 
 Shapes come from the checkpoint's dims; the graph interfaces (`cross_io_names`,
 `step_io_names`) are what `edgeasr.asr.decoding.DecoderSession` binds by name.
@@ -34,6 +37,7 @@ from edgeasr.models.onnx_builder import (
 ENCODER_OPSET = 13  # what the Hailo DFC parser accepts
 DECODER_OPSET = 17  # CPU only: native LayerNormalization
 MEL_INPUT, FEATURES_OUTPUT = "mel", "audio_features"
+ALIGN_OUTPUT = "alignment_scores"
 NHWC_TO_NCHW = [0, 3, 1, 2]
 POSITIONS_AXIS = "positions"  # dynamic: encoder positions of a window (padding included)
 NEW_TOKENS_AXIS = "n"  # dynamic: tokens fed to one decoder step
@@ -194,10 +198,11 @@ def _step_shapes(d) -> dict[str, list]:
     return shapes
 
 
-def _positions_and_mask(b: GraphBuilder, tokens: str, offset: str) -> tuple[str, str]:
+def _positions_and_mask(b: GraphBuilder, tokens: str, offset: str, axis: int = 0) -> tuple[str, str]:
     """The new tokens' positions P..P+n-1 [n], and the causal mask [n, P+n] over
-    [cached | new]: new token j sees the cache and new tokens 0..j (0), not later ones (-inf)."""
-    n = b.op("Shape", tokens, start=0, end=1)  # [1]
+    [cached | new]: new token j sees the cache and new tokens 0..j (0), not later ones (-inf).
+    n is the size of the tokens' `axis`."""
+    n = b.op("Shape", tokens, start=axis, end=axis + 1)  # [1]
     scalar = b.ints("shape.scalar", [])
     start = b.op("Reshape", offset, scalar)
     end = b.op("Reshape", b.op("Add", offset, n), scalar)
@@ -213,35 +218,136 @@ def _positions_and_mask(b: GraphBuilder, tokens: str, offset: str) -> tuple[str,
 def _decoder_layer(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, offset: str, mask: str,
                    cross_bias: str) -> str:
     """Self-attention over [cache | new], cross-attention over the window, the MLP; x [n, d]."""
-    s, d = ckpt.state, ckpt.dims
-    layer = f"model.decoder.layers.{i}"
-    heads, head_dim = d.decoder_heads, d.d_model // d.decoder_heads
-    split = b.ints("shape.heads", [-1, heads, head_dim])  # [n, d] -> [n, H, dh]
-    merge = b.ints("shape.merged", [-1, d.d_model])
-
-    def to_heads(t: str, perm: list[int]) -> str:
-        return b.op("Transpose", b.op("Reshape", t, split), perm=perm)
-
-    def merged(t: str) -> str:  # [H, n, dh] -> [n, d]
-        return b.op("Reshape", b.op("Transpose", t, perm=[1, 0, 2]), merge)
-
-    attn = f"{layer}.self_attn"
-    with b.scope("self_attn"):
-        h = layer_norm(b, x, s, f"{layer}.self_attn_layer_norm")
-        # the new rows are graph outputs as they are: the host appends them to its cache
-        new_k = linear(b, h, s, f"{attn}.k_proj", bias=False, out=f"new_k{i}")
-        new_v = linear(b, h, s, f"{attn}.v_proj", out=f"new_v{i}")
-        cached = [b.ints("slice.start", [0]), offset, b.ints("axis.0", [0])]  # rows 0..P-1
-        k = b.op("Concat", b.op("Slice", f"self_k{i}", *cached), new_k, axis=0)
-        v = b.op("Concat", b.op("Slice", f"self_v{i}", *cached), new_v, axis=0)
-        q = to_heads(scaled_query(b, h, s, attn, head_dim), [1, 0, 2])  # [H, n, dh]
-        out = attend(b, q, to_heads(k, [1, 2, 0]), to_heads(v, [1, 0, 2]), mask)
-        x = b.op("Add", x, linear(b, merged(out), s, f"{attn}.out_proj"))
-    attn = f"{layer}.encoder_attn"
+    x = _self_attention(b, x, ckpt, i, mask, offset)
     with b.scope("encoder_attn"):
-        h = layer_norm(b, x, s, f"{layer}.encoder_attn_layer_norm")
-        q = to_heads(scaled_query(b, h, s, attn, head_dim), [1, 0, 2])
-        out = attend(b, q, f"cross_k{i}", f"cross_v{i}", cross_bias)
-        x = b.op("Add", x, linear(b, merged(out), s, f"{attn}.out_proj"))
+        q = _cross_query(b, x, ckpt, i)
+        x = _cross_output(b, x, ckpt, i, attend(b, q, f"cross_k{i}", f"cross_v{i}", cross_bias))
     with b.scope("mlp"):
-        return mlp(b, x, s, layer)
+        return mlp(b, x, ckpt.state, f"model.decoder.layers.{i}")
+
+
+class _Heads:
+    """[n, d] <-> per-head tensors of one decoder layer (no batch axis)."""
+
+    def __init__(self, b: GraphBuilder, ckpt: Checkpoint) -> None:
+        d = ckpt.dims
+        self.b, self.head_dim = b, d.d_model // d.decoder_heads
+        self.split = b.ints("shape.heads", [-1, d.decoder_heads, self.head_dim])  # [n, H, dh]
+        self.merge = b.ints("shape.merged", [-1, d.d_model])
+
+    def split_as(self, t: str, perm: list[int]) -> str:
+        """[n, d] -> [H, n, dh] (perm [1, 0, 2]) or [H, dh, n] for keys (perm [1, 2, 0])."""
+        return self.b.op("Transpose", self.b.op("Reshape", t, self.split), perm=perm)
+
+    def merged(self, t: str) -> str:  # [H, n, dh] -> [n, d]
+        return self.b.op("Reshape", self.b.op("Transpose", t, perm=[1, 0, 2]), self.merge)
+
+
+def _self_attention(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, mask: str,
+                    offset: str | None) -> str:
+    """x + self_attn(norm(x)). With `offset` (the step) the keys are [cache | new] and the new
+    rows are the outputs new_k{i}, new_v{i}; without (the whole sequence at once) the new
+    tokens alone."""
+    s = ckpt.state
+    attn = f"model.decoder.layers.{i}.self_attn"
+    heads = _Heads(b, ckpt)
+    with b.scope("self_attn"):
+        h = layer_norm(b, x, s, f"model.decoder.layers.{i}.self_attn_layer_norm")
+        if offset is None:
+            k = linear(b, h, s, f"{attn}.k_proj", bias=False)
+            v = linear(b, h, s, f"{attn}.v_proj")
+        else:
+            # the new rows are graph outputs as they are: the host appends them to its cache
+            new_k = linear(b, h, s, f"{attn}.k_proj", bias=False, out=f"new_k{i}")
+            new_v = linear(b, h, s, f"{attn}.v_proj", out=f"new_v{i}")
+            cached = [b.ints("slice.start", [0]), offset, b.ints("axis.0", [0])]  # rows 0..P-1
+            k = b.op("Concat", b.op("Slice", f"self_k{i}", *cached), new_k, axis=0)
+            v = b.op("Concat", b.op("Slice", f"self_v{i}", *cached), new_v, axis=0)
+        q = heads.split_as(scaled_query(b, h, s, attn, heads.head_dim), [1, 0, 2])  # [H, n, dh]
+        out = attend(b, q, heads.split_as(k, [1, 2, 0]), heads.split_as(v, [1, 0, 2]), mask)
+        return b.op("Add", x, linear(b, heads.merged(out), s, f"{attn}.out_proj"))
+
+
+def _cross_query(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int) -> str:
+    """The cross-attention's scaled queries [H, n, dh] of layer i."""
+    layer = f"model.decoder.layers.{i}"
+    h = layer_norm(b, x, ckpt.state, f"{layer}.encoder_attn_layer_norm")
+    heads = _Heads(b, ckpt)
+    return heads.split_as(scaled_query(b, h, ckpt.state, f"{layer}.encoder_attn", heads.head_dim), [1, 0, 2])
+
+
+def _cross_output(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, out: str) -> str:
+    """x + out_proj(the heads' weighted values [H, n, dh])."""
+    merged = _Heads(b, ckpt).merged(out)
+    return b.op("Add", x, linear(b, merged, ckpt.state, f"model.decoder.layers.{i}.encoder_attn.out_proj"))
+
+
+# ---------------------------------------------------------------- alignment heads
+
+
+def heads_by_layer(heads: list[list[int]]) -> dict[int, list[int]]:
+    """The manifest's [layer, head] pairs as {layer: heads}, in ascending order."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in sorted(map(tuple, heads)):
+        by_layer.setdefault(layer, []).append(head)
+    return by_layer
+
+
+def align_io_names(heads: list[list[int]]) -> tuple[list[str], list[str]]:
+    """Inputs and outputs of the alignment graph: the layers up to the last alignment head's
+    read the cross K/V (that last layer its keys only)."""
+    last = max(heads_by_layer(heads))
+    cross = [f"cross_{kind}{i}" for i in range(last + 1) for kind in ("k", "v") if i < last or kind == "k"]
+    return ["token_embeddings", "cross_bias", *cross], [ALIGN_OUTPUT]
+
+
+def decoder_align(ckpt: Checkpoint, heads: list[list[int]]) -> onnx.ModelProto:
+    """The decoder over a whole token sequence at once (positions 0..n-1, causal), without a
+    cache: the cross-attention scores of the alignment heads, for word timestamps.
+
+    Inputs: token_embeddings [n, d] (the sequence's rows of the token table), cross_bias [T]
+    and the cross K/V of decoder_cross (the step's own buffers, read in place). Output:
+    alignment_scores [A, n, T], the scaled q.k of the A heads (in the order of
+    `heads_by_layer`) before the bias and the softmax: the host takes the softmax over the
+    window's real positions only (openai's and CTranslate2's method), so the padding row and
+    its bias are left out there. The graph stops at the last alignment head's scores: the
+    layers above it, the final norm and the vocabulary projection are not needed.
+    """
+    if not heads:
+        raise ModelError(f"{ckpt.name}: the checkpoint lists no alignment heads (no word timestamps)")
+    s, d = ckpt.state, ckpt.dims
+    by_layer = heads_by_layer(heads)
+    last = max(by_layer)
+    if last >= d.decoder_layers or max(h for hs in by_layer.values() for h in hs) >= d.decoder_heads:
+        raise ModelError(f"{ckpt.name}: alignment heads {heads} do not fit the decoder")
+    b = GraphBuilder(DECODER_OPSET)
+    head_dim = d.d_model // d.decoder_heads
+    inputs, _ = align_io_names(heads)
+    b.input("token_embeddings", [NEW_TOKENS_AXIS, d.d_model])
+    b.input("cross_bias", [POSITIONS_AXIS])
+    for name in inputs[2:]:
+        shape = [d.decoder_heads, head_dim, POSITIONS_AXIS] if name.startswith("cross_k") else \
+            [d.decoder_heads, POSITIONS_AXIS, head_dim]
+        b.input(name, shape)
+    b.output(ALIGN_OUTPUT, [sum(map(len, by_layer.values())), NEW_TOKENS_AXIS, POSITIONS_AXIS])
+
+    rows, mask = _positions_and_mask(b, "token_embeddings", b.ints("const.offset_zero", [0]))
+    table = b.weight("decoder.embed_positions.weight", s["model.decoder.embed_positions.weight"])
+    x = b.op("Add", "token_embeddings", b.op("Gather", table, rows, axis=0))  # [n, d]
+    picked = []
+    for i in range(last + 1):
+        with b.scope(f"layers.{i}"):
+            x = _self_attention(b, x, ckpt, i, mask, offset=None)
+            with b.scope("encoder_attn"):
+                q = _cross_query(b, x, ckpt, i)
+                scores = b.op("MatMul", q, f"cross_k{i}")  # [H, n, T]
+                if i in by_layer:
+                    picked.append(b.op("Gather", scores, b.ints(f"heads.{i}", by_layer[i]), axis=0))
+                if i == last:
+                    break
+                probs = b.op("Softmax", b.op("Add", scores, "cross_bias"), axis=-1)
+                x = _cross_output(b, x, ckpt, i, b.op("MatMul", probs, f"cross_v{i}"))
+            with b.scope("mlp"):
+                x = mlp(b, x, s, f"model.decoder.layers.{i}")
+    b.op("Concat", *picked, axis=0, out=ALIGN_OUTPUT)
+    return b.model("whisper_decoder_align")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from edgeasr.errors import OutputError
-from edgeasr.stages import Transcript
+from edgeasr.stages import Transcript, Word
 
 SCHEMA_RESOURCE = "transcript.schema.json"
 HA_STATE_MAX_CHARS = 255  # Home Assistant rejects longer entity states
@@ -52,6 +52,7 @@ def build_transcript(transcript: Transcript, *, device_id: str, model: str, back
     segment, transcription = transcript.segment, transcript.transcription
     timings = transcription.timings_ms
     parts = {name: round(float(timings.get(name, 0.0)), 1) for name in ("features", "encoder", "decoder")}
+    words = [word_message(w) for s in transcription.segments for w in s.words]
     return {
         "id": transcript.id,
         "seq": None,
@@ -67,8 +68,16 @@ def build_transcript(transcript: Transcript, *, device_id: str, model: str, back
         "backend": backend,
         "timings_ms": {**parts, "total": round(transcript.busy_ms, 1)},
         "latency_ms": None,
+        **({"words": words} if words else {}),  # output.words: the engine timed them
         _SPEECH_END_MONO: segment.speech_end_mono,
     }
+
+
+def word_message(word: Word) -> dict[str, Any]:
+    """A word of the transcript: its text without the space before it, start and end in
+    seconds from the transcript's `start` (the engine's audio starts there)."""
+    return {"word": word.word.strip(), "start": round(word.start, 3), "end": round(word.end, 3),
+            "probability": round(word.probability, 4)}
 
 
 def partial_message(transcript: Transcript, *, device_id: str) -> dict[str, Any]:

@@ -1,0 +1,120 @@
+"""Word timestamps for a decoded window, and the word-time helpers the window rules use.
+
+`WordAligner` runs the bundle's `decoder_align` graph once per window, after decoding,
+on the window's cross K/V as the decoder left them (`DecoderSession.cross_inputs`: the
+padding row and its bias included, so the text is read in the context it was decoded
+in), then `alignment.word_timings` turns the alignment heads' scores into words.
+
+The sequence it aligns is openai's and CTranslate2's: the start-of-transcript prompt,
+<|notimestamps|>, the window's text tokens (its timestamps left out) and end-of-text.
+A word's probability is the mean of its tokens' probabilities as the decoder picked them
+(`WindowResult.logprobs`), so the alignment graph needs no vocabulary projection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from edgeasr.asr import alignment
+from edgeasr.asr.decoding import DecoderSession
+from edgeasr.asr.encoder import ort_session
+from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.bundle import ALIGN_ROLE, Bundle
+from edgeasr.errors import ModelError
+from edgeasr.stages import Word
+
+
+class Piece(Protocol):
+    """What the aligner reads of a transcriber piece (a segment of one window)."""
+
+    start: float  # s from the window start
+    end: float | None  # None: no closing timestamp
+    tokens: list[int]  # text tokens
+    logprobs: list[float]  # one per text token
+
+
+class WordAligner:
+    def __init__(self, bundle: Bundle, decoder: DecoderSession, precision: str = "int8",
+                 threads: int = 2, options: alignment.AlignOptions = alignment.DEFAULT_OPTIONS) -> None:
+        if not bundle.alignment_heads:
+            raise ModelError(f"{bundle.root}: the manifest lists no alignment heads (no word timestamps)")
+        suffix = "_int8" if precision == "int8" else ""
+        self.bundle, self.decoder, self.options = bundle, decoder, options
+        self.session = ort_session(bundle.path(ALIGN_ROLE + suffix), threads)
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.tokenizer = Tokenizer(bundle)
+
+    def prompt(self, language: str, task: str) -> list[int]:
+        """The start-of-transcript sequence, as decode_window feeds it."""
+        tok = self.bundle.tokens
+        if not self.bundle.multilingual:
+            return [tok.sot]
+        return [tok.sot, tok.languages[language], tok.translate if task == "translate" else tok.transcribe]
+
+    def scores(self, sequence: list[int]) -> np.ndarray:
+        """The alignment heads' cross-attention scores [heads, len(sequence), T] for the
+        current window (after `DecoderSession.start`)."""
+        rows = np.zeros((len(sequence), self.bundle.d_model), np.float32)
+        self.decoder.embedding.read(sequence, rows)
+        feed = {name: array for name, array in self.decoder.cross_inputs().items() if name in self.inputs}
+        feed["token_embeddings"] = rows
+        return self.session.run(None, feed)[0]
+
+    def words(self, pieces: Sequence[Piece], n_samples: int, language: str, task: str = "transcribe",
+              offset: float = 0.0) -> list[tuple[Word, ...]]:
+        """The words of each piece of the window just decoded, in seconds from `offset` (the
+        window's start in the audio); `n_samples`: the window's audio (its real positions)."""
+        tokens = [t for p in pieces for t in p.tokens]
+        if not tokens:
+            return [() for _ in pieces]
+        tok, a = self.bundle.tokens, self.bundle.audio
+        prompt = self.prompt(language, task)
+        scores = self.scores([*prompt, tok.no_timestamps, *tokens, tok.eot])
+        spans = alignment.word_timings(
+            scores, first_row=len(prompt), tokens=tokens,
+            probabilities=[math.exp(lp) for p in pieces for lp in p.logprobs],
+            positions=n_samples // a.hop_length // 2, decode=self.tokenizer.decode, language=language,
+            seconds_per_position=a.seconds_per_position, options=self.options)
+        bounds = [(p.start, p.end, len(p.tokens)) for p in pieces]
+        return [tuple(Word(s.text, round(offset + s.start, 3), round(offset + s.end, 3), round(s.probability, 4))
+                      for s in words)
+                for words in alignment.per_piece(spans, bounds, self.options.max_median_s)]
+
+
+# ---------------------------------------------------------------- helpers for the window rules
+
+
+def words_between(words: Sequence[Word], start: float, end: float) -> list[Word]:
+    """The words that overlap [start, end) (seconds, the words' own time base)."""
+    return [w for w in words if w.start < end and w.end > start]
+
+
+def has_words(words: Sequence[Word], start: float, end: float) -> bool:
+    """Does any word lie in [start, end)? E.g. is the text after the VAD's end of speech."""
+    return bool(words_between(words, start, end))
+
+
+def split_at(words: Sequence[Word], t: float) -> tuple[list[Word], list[Word]]:
+    """The words before `t` and from `t` on, a word going by its middle: to cut a window's
+    text at the VAD's end of speech (the text of a part is `text_of` it)."""
+    before = [w for w in words if (w.start + w.end) / 2 < t]
+    return before, list(words[len(before):])
+
+
+def resume_at(words: Sequence[Word], edge: float, margin: float) -> tuple[list[Word], float | None]:
+    """For a window carried past its edge (speech goes on): the words complete before
+    `edge - margin`, and the start of the first word that is not (where the next window
+    should begin so that no word is cut in two), or None when every word is complete."""
+    for i, w in enumerate(words):
+        if w.end > edge - margin:
+            return list(words[:i]), w.start
+    return list(words), None
+
+
+def text_of(words: Sequence[Word]) -> str:
+    """The words' text: the words of a segment spell its text exactly (leading spaces kept)."""
+    return "".join(w.word for w in words)

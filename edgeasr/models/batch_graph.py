@@ -1,0 +1,112 @@
+"""The cached decoder step with a batch axis: the beam's hypotheses in one onnxruntime run.
+
+`decoder_step_batch` is `graphs.decoder_step` for B sequences at once that share one window:
+token_embeddings [B, n, d]; per layer the self-attention caches self_k{i}, self_v{i}
+[B, n_text_ctx, d] (the host's whole buffers, of which the first `offset` rows are read);
+the cross K/V and the score bias of `decoder_cross` once for all B (broadcast over the
+batch: the window is the same for every hypothesis). Outputs: logits [B, n_vocab] of each
+sequence's last position and new_k{i}, new_v{i} [B, n, d]. Every hypothesis of a beam has
+the same length, so one `offset` serves all.
+
+One run for B rows instead of B runs: the weights (the vocabulary projection above all) are
+read once per step for every hypothesis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from edgeasr.models.checkpoint import Checkpoint
+from edgeasr.models.graphs import (
+    DECODER_OPSET,
+    INT64_MAX,
+    NEW_TOKENS_AXIS,
+    POSITIONS_AXIS,
+    _positions_and_mask,
+    step_io_names,
+)
+from edgeasr.models.onnx_builder import GraphBuilder, attend, layer_norm, linear, mlp, scaled_query
+
+BATCH_AXIS = "batch"  # dynamic: hypotheses of a beam
+
+
+def batch_io_names(layers: int) -> tuple[list[str], list[str]]:
+    """The batched step's inputs and outputs: the same names as decoder_step's."""
+    return step_io_names(layers)
+
+
+def _shapes(d) -> dict[str, list]:
+    head_dim = d.d_model // d.decoder_heads
+    shapes = {"token_embeddings": [BATCH_AXIS, NEW_TOKENS_AXIS, d.d_model], "offset": [1],
+              "cross_bias": [POSITIONS_AXIS], "logits": [BATCH_AXIS, d.n_vocab]}
+    for i in range(d.decoder_layers):
+        shapes.update({
+            f"self_k{i}": [BATCH_AXIS, d.n_text_ctx, d.d_model], f"self_v{i}": [BATCH_AXIS, d.n_text_ctx, d.d_model],
+            f"cross_k{i}": [d.decoder_heads, head_dim, POSITIONS_AXIS],
+            f"cross_v{i}": [d.decoder_heads, POSITIONS_AXIS, head_dim],
+            f"new_k{i}": [BATCH_AXIS, NEW_TOKENS_AXIS, d.d_model], f"new_v{i}": [BATCH_AXIS, NEW_TOKENS_AXIS, d.d_model],
+        })
+    return shapes
+
+
+def decoder_step_batch(ckpt: Checkpoint) -> onnx.ModelProto:
+    """B cached decoder calls in one (see the module docstring)."""
+    s, d = ckpt.state, ckpt.dims
+    b = GraphBuilder(DECODER_OPSET)
+    inputs, outputs = batch_io_names(d.decoder_layers)
+    shapes = _shapes(d)
+    for name in inputs:
+        b.input(name, shapes[name], dtype=np.int64 if name == "offset" else np.float32)
+    for name in outputs:
+        b.output(name, shapes[name])
+    x, offset = "token_embeddings", "offset"
+    rows, mask = _positions_and_mask(b, x, offset, axis=1)  # positions [n], causal mask [n, P + n]
+    table = b.weight("decoder.embed_positions.weight", s["model.decoder.embed_positions.weight"])
+    x = b.op("Add", x, b.op("Gather", table, rows, axis=0))  # [B, n, d] + [n, d]
+    for i in range(d.decoder_layers):
+        with b.scope(f"layers.{i}"):
+            x = _layer(b, x, ckpt, i, offset, mask)
+    last = b.op("Slice", x, b.ints("slice.last", [-1]), b.ints("slice.end", [INT64_MAX]),
+                b.ints("axis.1", [1]))  # [B, 1, d]: each sequence's last position
+    h = layer_norm(b, last, s, "model.decoder.layer_norm")
+    logits = b.op("MatMul", h, b.weight("proj_out.weight", s["proj_out.weight"].T))  # [B, 1, V]
+    b.op("Reshape", logits, b.ints("shape.logits", [0, d.n_vocab]), out="logits")
+    return b.model("whisper_decoder_step_batch")
+
+
+def _layer(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, offset: str, mask: str) -> str:
+    """decoder_step's layer with the batch axis in front: x [B, n, d]."""
+    s, d = ckpt.state, ckpt.dims
+    layer = f"model.decoder.layers.{i}"
+    heads, head_dim = d.decoder_heads, d.d_model // d.decoder_heads
+    split = b.ints("shape.heads", [0, -1, heads, head_dim])  # [B, n, d] -> [B, n, H, dh] (0: keep B)
+    merge = b.ints("shape.merged", [0, -1, d.d_model])
+
+    def to_heads(t: str, perm: list[int]) -> str:
+        return b.op("Transpose", b.op("Reshape", t, split), perm=perm)
+
+    def merged(t: str) -> str:  # [B, H, n, dh] -> [B, n, d]
+        return b.op("Reshape", b.op("Transpose", t, perm=[0, 2, 1, 3]), merge)
+
+    attn = f"{layer}.self_attn"
+    with b.scope("self_attn"):
+        h = layer_norm(b, x, s, f"{layer}.self_attn_layer_norm")
+        new_k = linear(b, h, s, f"{attn}.k_proj", bias=False, out=f"new_k{i}")
+        new_v = linear(b, h, s, f"{attn}.v_proj", out=f"new_v{i}")
+        cached = [b.ints("slice.start", [0]), offset, b.ints("axis.1", [1])]  # rows 0..P-1 of each
+        k = b.op("Concat", b.op("Slice", f"self_k{i}", *cached), new_k, axis=1)
+        v = b.op("Concat", b.op("Slice", f"self_v{i}", *cached), new_v, axis=1)
+        q = to_heads(scaled_query(b, h, s, attn, head_dim), [0, 2, 1, 3])  # [B, H, n, dh]
+        out = attend(b, q, to_heads(k, [0, 2, 3, 1]), to_heads(v, [0, 2, 1, 3]), mask)
+        x = b.op("Add", x, linear(b, merged(out), s, f"{attn}.out_proj"))
+    attn = f"{layer}.encoder_attn"
+    with b.scope("encoder_attn"):
+        h = layer_norm(b, x, s, f"{layer}.encoder_attn_layer_norm")
+        q = to_heads(scaled_query(b, h, s, attn, head_dim), [0, 2, 1, 3])
+        # [B, H, n, dh] @ [H, dh, T]: the window's K/V broadcast over the hypotheses (measured
+        # against one [H, B*n, dh] @ [H, dh, T] product per head: as fast or faster)
+        out = attend(b, q, f"cross_k{i}", f"cross_v{i}", "cross_bias")
+        x = b.op("Add", x, linear(b, merged(out), s, f"{attn}.out_proj"))
+    with b.scope("mlp"):
+        return mlp(b, x, s, layer)
