@@ -102,7 +102,7 @@ def test_models_import_bad_input(case, tmp_path):
         (src / "weights.pt").write_bytes(b"not a model")
         expect = (65, "unknown model layout")
     elif case == "bad-extra":
-        expect = (64, "--with: unknown extra fp16 (known: fp32, hailo, 30s)")
+        expect = (64, "--with: unknown extra fp16 (known: fp32, hailo, 30s, beam)")
     else:
         for name in ("config.json", "tokenizer.json"):
             if not (case == "no-tokenizer" and name == "tokenizer.json"):
