@@ -64,7 +64,7 @@ tests=$(cd "$root/root/edgeasr" && bash .ci/run --print-command)
 downloaded() {  # bytes received by this machine's network interfaces so far (pip keeps no
     # copy of what it downloads through some proxies, so its cache cannot tell); anything else
     # downloading on this machine meanwhile would count too: an upper bound
-    awk -F'[: ]+' 'NR > 2 && $2 != "lo" {s += $3} END {print s + 0}' /proc/net/dev
+    awk -F'[: ]+' 'NR > 2 && $2 != "lo" {s += $3} END {printf "%.0f\n", s}' /proc/net/dev
 }
 
 report=()
