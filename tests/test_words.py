@@ -84,20 +84,11 @@ def report(name: str, tokens: np.ndarray, words: np.ndarray) -> tuple[float, flo
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_word_boundaries_match_ctranslate2_tiny(tiny_bundle, tiny_ct2, dev_dir, dev_manifest, precision):
-    tokens, words = window_boundaries(tiny_bundle, tiny_ct2, dev_dir, dev_manifest[::EVERY], precision)
-    within_1, within_2 = report(f"tiny.en {precision}", tokens, words)
-    assert len(words) > 500
-    if precision == "fp32":
-        assert within_1 >= FP32_WITHIN_1 and words.max() <= 2
-    else:
-        assert within_1 >= INT8_WITHIN_1 and within_2 >= INT8_WITHIN_2
-
-
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_word_boundaries_match_ctranslate2_base(base_bundle, base_ct2, dev_dir, dev_manifest, precision):
-    tokens, words = window_boundaries(base_bundle, base_ct2, dev_dir, dev_manifest[::EVERY], precision)
-    within_1, within_2 = report(f"base {precision}", tokens, words)
+@pytest.mark.parametrize("model", ["tiny", "base"])
+def test_word_boundaries_match_ctranslate2(request, dev_dir, dev_manifest, model, precision):
+    bundle, ct2 = request.getfixturevalue(f"{model}_bundle"), request.getfixturevalue(f"{model}_ct2")
+    tokens, words = window_boundaries(bundle, ct2, dev_dir, dev_manifest[::EVERY], precision)
+    within_1, within_2 = report(f"{'tiny.en' if model == 'tiny' else model} {precision}", tokens, words)
     assert len(words) > 500
     if precision == "fp32":
         assert within_1 >= FP32_WITHIN_1 and words.max() <= 2

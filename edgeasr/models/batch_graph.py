@@ -14,7 +14,6 @@ read once per step for every hypothesis.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 
 from edgeasr.models.checkpoint import Checkpoint
@@ -24,6 +23,7 @@ from edgeasr.models.graphs import (
     NEW_TOKENS_AXIS,
     POSITIONS_AXIS,
     _positions_and_mask,
+    declare_step_io,
     step_io_names,
 )
 from edgeasr.models.onnx_builder import GraphBuilder, attend, layer_norm, linear, mlp, scaled_query
@@ -55,11 +55,7 @@ def decoder_step_batch(ckpt: Checkpoint) -> onnx.ModelProto:
     s, d = ckpt.state, ckpt.dims
     b = GraphBuilder(DECODER_OPSET)
     inputs, outputs = batch_io_names(d.decoder_layers)
-    shapes = _shapes(d)
-    for name in inputs:
-        b.input(name, shapes[name], dtype=np.int64 if name == "offset" else np.float32)
-    for name in outputs:
-        b.output(name, shapes[name])
+    declare_step_io(b, inputs, outputs, _shapes(d))
     x, offset = "token_embeddings", "offset"
     rows, mask = _positions_and_mask(b, x, offset, axis=1)  # positions [n], causal mask [n, P + n]
     table = b.weight("decoder.embed_positions.weight", s["model.decoder.embed_positions.weight"])

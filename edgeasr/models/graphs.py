@@ -143,6 +143,15 @@ def decoder_cross(ckpt: Checkpoint) -> onnx.ModelProto:
 # ---------------------------------------------------------------- decoder step
 
 
+def declare_step_io(b: GraphBuilder, inputs: list[str], outputs: list[str],
+                    shapes: dict[str, list]) -> None:
+    """A decoder step's inputs and outputs by name (`offset` the one int64)."""
+    for name in inputs:
+        b.input(name, shapes[name], dtype=np.int64 if name == "offset" else np.float32)
+    for name in outputs:
+        b.output(name, shapes[name])
+
+
 def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
     """One cached decoder call for n new tokens (the prompt, then 1 token per step), through
     the vocabulary projection of the last position.
@@ -162,11 +171,7 @@ def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
     s, d = ckpt.state, ckpt.dims
     b = GraphBuilder(DECODER_OPSET)
     inputs, outputs = step_io_names(d.decoder_layers)
-    shapes = _step_shapes(d)
-    for name in inputs:
-        b.input(name, shapes[name], dtype=np.int64 if name == "offset" else np.float32)
-    for name in outputs:
-        b.output(name, shapes[name])
+    declare_step_io(b, inputs, outputs, _step_shapes(d))
     x, offset, cross_bias = "token_embeddings", "offset", "cross_bias"
 
     rows, mask = _positions_and_mask(b, x, offset)
