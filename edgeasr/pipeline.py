@@ -59,6 +59,15 @@ class Stats:
     latencies_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LATENCY_WINDOW))
 
 
+@dataclass(frozen=True)
+class _Carry:
+    """The unfinished tail of a window cut in speech, decoded again with the next segment."""
+
+    audio: np.ndarray  # float32
+    segment: SpeechSegment  # where it lies in the stream
+    context: tuple[int, ...]  # the text before it (Transcription.context): the next call's prompt
+
+
 @dataclass
 class _Speculation:
     seq: int
@@ -96,7 +105,7 @@ class Pipeline:
         self._dropped_short = 0  # the segmenter's count, as last seen
         self._partial_due = 0.0
         self._speculation: _Speculation | None = None  # set by the capture thread, run by jobs
-        self._carry: tuple[np.ndarray, SpeechSegment] | None = None  # worker thread only
+        self._carry: _Carry | None = None  # worker thread only
         # the open segment's log-mel, computed on this thread as its audio arrives, so that a
         # partial job does not compute it again on the worker's
         self._features = worker.engine.feature_stream() if live and options.partial_interval_ms else None
@@ -207,8 +216,8 @@ class Pipeline:
 
         def run(engine: Any, should_stop: Callable[[], bool]) -> None:
             t0 = time.monotonic()
-            samples = self._with_carry(audio, open_segment.start_sample)
-            speculation.result = engine.transcribe(samples, final=True, should_stop=should_stop)
+            samples, prompt = self._with_carry(audio, open_segment.start_sample)
+            speculation.result = engine.transcribe(samples, final=True, should_stop=should_stop, prompt=prompt)
             speculation.samples, speculation.busy_s = len(samples), time.monotonic() - t0
 
         speculation.job = Job(run, len(audio) / SAMPLE_RATE)
@@ -229,23 +238,23 @@ class Pipeline:
         self.report_error(f"transcription failed: {exc}", segment.start_utc.isoformat())
 
     # ------------------------------------------------------------------ worker thread
-    def _with_carry(self, samples: np.ndarray, start_sample: int) -> np.ndarray:
-        """float32 audio, with the unfinished tail of the cut window before it prepended."""
+    def _with_carry(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        """float32 audio, with the unfinished tail of the cut window before it prepended, and
+        the prompt to decode it with (the text before that tail)."""
         audio = samples.astype(np.float32) / INT16_SCALE
         carry = self._carry
-        if carry is not None and carry[1].end_sample == start_sample:
-            audio = np.concatenate([carry[0], audio])
-        return audio
+        if carry is not None and carry.segment.end_sample == start_sample:
+            return np.concatenate([carry.audio, audio]), carry.context
+        return audio, ()
 
     def _final(self, engine: Any, should_stop: Callable[[], bool], segment: SpeechSegment,
                speculation: _Speculation | None) -> None:
         self.status("transcribing")
         carry = self._carry
-        carried = carry is not None and carry[1].end_sample == segment.start_sample
-        audio = self._with_carry(segment.samples, segment.start_sample)
-        if carried and carry is not None:
-            segment = dataclasses.replace(segment, start_sample=carry[1].start_sample,
-                                          start_utc=carry[1].start_utc)
+        audio, prompt = self._with_carry(segment.samples, segment.start_sample)
+        if carry is not None and carry.segment.end_sample == segment.start_sample:
+            segment = dataclasses.replace(segment, start_sample=carry.segment.start_sample,
+                                          start_utc=carry.segment.start_utc)
         self._carry = None
         t0 = time.monotonic()
         if speculation is not None and speculation.result is not None:
@@ -258,7 +267,7 @@ class Pipeline:
             if speculation is not None:
                 speculation.job.cancel()
             # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
-            result = engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause)
+            result = engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause, prompt=prompt)
             busy = time.monotonic() - t0
         self.stats.segments += 1
         self.stats.audio_s += len(audio) / SAMPLE_RATE
@@ -268,7 +277,7 @@ class Pipeline:
             start = segment.start_sample + result.consumed_samples
             tail = dataclasses.replace(segment, start_sample=start,
                                        start_utc=segment.start_utc + _seconds(result.consumed_samples))
-            self._carry = (audio[result.consumed_samples:], tail)
+            self._carry = _Carry(audio[result.consumed_samples:], tail, result.context)
             segment = dataclasses.replace(segment, end_sample=start, end_utc=tail.start_utc)
         self._publish(segment, result, busy, partial=False)
         self.status("listening")
@@ -278,10 +287,10 @@ class Pipeline:
         if open_segment.seq <= self._last_final_seq:
             return  # its segment was closed meanwhile: the final says it all
         t0 = time.monotonic()
-        audio = self._with_carry(open_segment.samples, open_segment.start_sample)
+        audio, prompt = self._with_carry(open_segment.samples, open_segment.start_sample)
         if len(audio) != len(open_segment.samples):
             mel = None  # a carried tail goes first: the features computed are not this audio's
-        result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel)
+        result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel, prompt=prompt)
         n = len(open_segment.samples)
         segment = SpeechSegment(samples=open_segment.samples, start_sample=open_segment.start_sample,
                                 end_sample=open_segment.start_sample + n,

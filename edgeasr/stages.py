@@ -9,7 +9,7 @@ bundle's manifest carries the same value for the engine and is checked against i
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -89,6 +89,9 @@ class Transcription:
     # every attempt at a window (what the decoder's time is spent on)
     decoder_steps: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)  # features, encoder, decoder
+    # the text tokens kept, the last a prompt holds: the `prompt` of the call that decodes
+    # the audio after consumed_samples
+    context: tuple[int, ...] = ()
 
     @property
     def avg_logprob(self) -> float:
@@ -147,11 +150,14 @@ class Engine(Protocol):
 
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
-                   features: np.ndarray | None = None) -> Transcription:
+                   features: np.ndarray | None = None, prompt: Sequence[int] = (),
+                   max_windows: int | None = None) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
         the unconsumed tail (after the last complete timestamp) is left for the next call.
         should_stop() is asked between decoded tokens; yes raises errors.Cancelled.
-        features: the audio's log-mel from feature_stream(), when it fits one window."""
+        features: the audio's log-mel from feature_stream(), when it fits one window.
+        prompt: the `context` of the call that decoded the audio just before. max_windows:
+        decode at most that many windows, leaving the rest unconsumed."""
 
     def feature_stream(self) -> FeatureStream:
         """A stream that computes the features of one window while its audio arrives."""

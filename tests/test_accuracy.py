@@ -66,6 +66,15 @@ def test_a_phrase_said_twice_is_kept_twice(engine_name, request, dev_dir):
     assert words.count("forward") == 2, words
 
 
+def test_words_with_no_audio_under_them_are_cut_from_the_end_of_a_window(base, dev_dir):
+    """dev_stream_02's first sentence as the daemon's segmenter cuts it, in a short pause
+    (samples 11040-169920): base reads "... he makes me harshly feel. He makes me", the last
+    three words aligned to no time at the very end of the audio."""
+    audio = load_audio(dev_dir / "longform" / "dev_stream_02.wav", 16000)[11040:169920]
+    text = normalize(base.transcribe(audio).text)
+    assert text.endswith("he makes me harshly feel") and text.count("makes") == 1, text
+
+
 @pytest.mark.parametrize("engine_name", ["tiny", "base"])
 @pytest.mark.parametrize("kind", ["silence", "pink noise", "white noise"])
 def test_two_minutes_without_speech_give_no_text(engine_name, kind, request):

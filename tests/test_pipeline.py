@@ -18,11 +18,14 @@ from edgeasr.worker import Worker
 
 
 class RecordingEngine:
-    """Takes every segment whole and says so; remembers how it was called."""
+    """Takes every segment whole and says so (a cut one: `cut_consumes` of it); remembers how
+    it was called."""
 
-    def __init__(self) -> None:
+    def __init__(self, cut_consumes: float = 1.0) -> None:
+        self.cut_consumes = cut_consumes
         self.calls: list[tuple[int, bool]] = []  # (samples, final)
         self.features: list = []  # what each call was given
+        self.prompts: list[tuple[int, ...]] = []
 
     def feature_stream(self):
         from edgeasr.asr.features import MelSpec, MelStream
@@ -30,14 +33,16 @@ class RecordingEngine:
         return MelStream(MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100)))
 
     def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None,
-                   features=None) -> Transcription:
+                   features=None, prompt=(), max_windows=None) -> Transcription:
         self.calls.append((len(audio), final))
         self.features.append(features)
+        self.prompts.append(tuple(prompt))
         seconds = len(audio) / SAMPLE_RATE
         segment = TextSegment(start=0.0, end=seconds, text=f" {seconds:.2f} s", tokens=(1,), avg_logprob=-0.1,
                               no_speech_prob=0.0, compression_ratio=1.0)
+        consumed = len(audio) if final else int(len(audio) * self.cut_consumes)
         return Transcription(text=f"{seconds:.2f} s", segments=(segment,), language="en", windows=1, tokens=1,
-                             consumed_samples=len(audio))
+                             consumed_samples=consumed, context=(len(self.calls),))
 
 
 class ListPublisher:
@@ -75,9 +80,10 @@ class StreamTime:
         self.source.close()
 
 
-def run(tmp_path, audio: np.ndarray, *, live: bool, **options) -> tuple[Pipeline, RecordingEngine, ListPublisher]:
+def run(tmp_path, audio: np.ndarray, *, live: bool, engine: RecordingEngine | None = None,
+        **options) -> tuple[Pipeline, RecordingEngine, ListPublisher]:
     sf.write(tmp_path / "in.wav", audio, SAMPLE_RATE)
-    engine, publisher = RecordingEngine(), ListPublisher()
+    engine, publisher = engine or RecordingEngine(), ListPublisher()
     source = StreamTime(FileSource(tmp_path / "in.wav", realtime=False, block_ms=30))
     worker = Worker(engine).start()
     pipeline = Pipeline(source, Segmenter(VadOptions(), WINDOW_S, StreamClock()), worker, [publisher],
@@ -94,6 +100,18 @@ def test_a_segment_cut_in_a_pause_is_decoded_as_complete(tmp_path):
     assert len(engine.calls) == 2 and [final for _, final in engine.calls] == [True, True]
     assert len(publisher.finals()) == 2 and publisher.finals() == publisher.transcripts
     assert engine.calls[0][0] <= WINDOW_S * SAMPLE_RATE
+
+
+def test_the_tail_of_a_window_cut_in_speech_is_decoded_with_the_next_one_and_the_text_before_it(tmp_path):
+    clip = read(DEV / "audio" / "ls_test-other_3331-159605-0008.wav")  # 21.5 s, no pause long enough
+    pipeline, engine, publisher = run(tmp_path, clip, live=False, engine=RecordingEngine(cut_consumes=0.75))
+    (first, final), (second, _) = engine.calls[:2]
+    assert not final and first <= WINDOW_S * SAMPLE_RATE
+    cut = int(first * 0.75)
+    # the next call gets the tail and the first call's context, its text goes on from there
+    assert second > first - cut and engine.prompts[:2] == [(), (1,)]
+    first_message, second_message = (t.segment for t in publisher.finals()[:2])
+    assert second_message.start_sample - first_message.start_sample == cut == first_message.duration_s * SAMPLE_RATE
 
 
 def test_partial_results_carry_the_id_of_their_final_transcript(tmp_path):

@@ -129,7 +129,14 @@ def test_without_output_words_the_segments_have_none(tiny_bundle, dev_dir):
     from conftest import make_engine
 
     engine = make_engine(tiny_bundle)
-    result = engine.transcribe(load_audio(dev_dir / "audio" / "jfk_inaugural-1961.wav", 16000))
+    audio = load_audio(dev_dir / "audio" / "jfk_inaugural-1961.wav", 16000)
+    # the clip ends as the speech does: its second window's text runs to the end of the
+    # audio, which is aligned to judge the words there (transcriber.drop_unspoken_tail)
+    result = engine.transcribe(audio)
+    assert result.text and all(s.words == () for s in result.segments)
+    assert result.timings_ms["words"] > 0
+    # with the silence a VAD segment ends in, no window is aligned
+    result = engine.transcribe(np.concatenate([audio, np.zeros(16000, np.float32)]))
     assert result.text and all(s.words == () for s in result.segments)
     assert "words" not in result.timings_ms
 

@@ -7,13 +7,15 @@ one place each setting is declared. Where long audio is cut at pauses is the cal
 
 from __future__ import annotations
 
+import functools
+
 from edgeasr.asr.beam import BeamDecoder
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
 from edgeasr.asr.transcriber import Fallback, PauseFinding, Transcriber
 from edgeasr.asr.words import WordAligner
-from edgeasr.bundle import Bundle
+from edgeasr.bundle import ALIGN_ROLE, Bundle
 from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
 
 UNCALIBRATED_GATE_FAIL = "drop"  # a bundle without calibrated values keeps the old rule
@@ -73,6 +75,9 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
                                     decoder.threads)
     if words:
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
+    if bundle.has(ALIGN_ROLE):
+        engine.tail_aligner = functools.cache(
+            lambda: engine.aligner or WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads))
     return engine
 
 

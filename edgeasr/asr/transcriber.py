@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -25,7 +25,7 @@ from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
 from edgeasr.asr.spoken import SpeechMap, keep_segment, repeat_is_spoken
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.words import WordAligner
+from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.bundle import Bundle
 from edgeasr.errors import ConfigError
 from edgeasr.stages import TextSegment, Transcription, Word
@@ -135,29 +135,39 @@ class Transcriber:
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
         # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
-        # greedy or sampled; beam.BeamDecoder has its signature), and word timestamps (output.words)
+        # greedy or sampled; beam.BeamDecoder has its signature), word timestamps for the
+        # transcripts (output.words), and an aligner to judge the words at the end of a window
+        # whose text runs to the end of its audio (made on first use: most windows never need it)
         self.decode: Callable[..., WindowResult] = decode_window
         self.aligner: WordAligner | None = None
+        self.tail_aligner: Callable[[], WordAligner] | None = None
 
     def feature_stream(self) -> MelStream:
         return MelStream(self.spec)
 
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
-                   features: np.ndarray | None = None) -> Transcription:
+                   features: np.ndarray | None = None, prompt: Sequence[int] = (),
+                   max_windows: int | None = None) -> Transcription:
         """audio: float32 mono at the bundle's rate. final=False: speech goes on after it; the
         tail after the last complete timestamp is left unconsumed. language: this request's
         (multilingual bundles), else model.language's. should_stop() is asked between decoded
         tokens; when it says yes, errors.Cancelled is raised. features: the log-mel of `audio`
-        computed while it arrived (feature_stream()), used when it fits one window."""
+        computed while it arrived (feature_stream()), used when it fits one window. prompt:
+        the text tokens said just before `audio` (an earlier call's `context`), so that audio
+        decoded call by call reads as it would in one call. max_windows: decode at most this
+        many windows; the audio after them is left unconsumed."""
         sr, window = self.spec.sample_rate, self.spec.n_samples
         audio = np.asarray(audio, dtype=np.float32)
         seek, segments, n_tokens, windows, dropped, runaway, steps = 0, [], 0, 0, 0, 0, 0
         if language is None or not self.bundle.multilingual:
             language = self.options.language  # None: detected in the first window, then kept
-        context: list[int] = []  # text tokens kept so far (the prompt of the next window)
+        context = list(prompt)  # text tokens kept so far (the prompt of the next window)
         timings = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
         while len(audio) - seek >= MIN_WINDOW_S * sr:
+            if max_windows is not None and windows >= max_windows:
+                final = False  # audio is left: it is not consumed
+                break
             chunk = audio[seek : seek + window]
             reaches_end = seek + window >= len(audio)
             complete = reaches_end and final
@@ -189,7 +199,7 @@ class Transcriber:
                 dropped += 1
                 pieces = []
             offset = seek / sr
-            words = self._words(pieces, chunk, result, offset, timings)
+            pieces, words = self._words(pieces, chunk, result, offset, timings, complete)
             for p, piece_words in zip(pieces, words):
                 text = self.tokenizer.decode(p.tokens)
                 if not text.strip():
@@ -210,7 +220,8 @@ class Transcriber:
         text = "".join(s.text for s in segments).strip()
         return Transcription(text=text, segments=tuple(segments), language=language or "en", windows=windows,
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
-                             runaway_windows=runaway, decoder_steps=steps, timings_ms=timings)
+                             runaway_windows=runaway, decoder_steps=steps, timings_ms=timings,
+                             context=tuple(context[-self.max_prompt:]))
 
     @property
     def max_prompt(self) -> int:
@@ -254,14 +265,47 @@ class Transcriber:
         return decoded
 
     def _words(self, pieces: list[_Piece], chunk: np.ndarray, result: WindowResult, offset: float,
-               timings: dict[str, float]) -> list[tuple[Word, ...]]:
-        """Each kept piece's words, timed from the audio start (none without an aligner)."""
-        if self.aligner is None:
-            return [() for _ in pieces]
+               timings: dict[str, float], complete: bool) -> tuple[list[_Piece], list[tuple[Word, ...]]]:
+        """Each kept piece's words, timed from the audio start (none without output.words). The
+        last window of audio decoded in several, when its text runs to the end of its audio,
+        loses the words at its end that have no audio under them (`drop_unspoken_tail`): such a
+        window holds the end of the speech only, and with little audio the decoder runs on."""
+        sr = self.spec.sample_rate
+        runs_to_end = (bool(pieces) and complete and offset > 0
+                       and _end(pieces[-1], chunk, sr) > len(chunk) / sr - EDGE_S)
+        aligner = self.aligner
+        if aligner is None and runs_to_end and self.tail_aligner is not None:
+            aligner = self.tail_aligner()
+        if aligner is None:
+            return pieces, [() for _ in pieces]
         t0 = time.monotonic()
-        words = self.aligner.words(pieces, len(chunk), result.language, self.options.task, offset)
+        words = aligner.words(pieces, len(chunk), result.language, self.options.task, offset)
+        if runs_to_end:
+            pieces, words = self.drop_unspoken_tail(pieces, words, offset + len(chunk) / sr)
         timings["words"] = timings.get("words", 0.0) + (time.monotonic() - t0) * 1e3
-        return words
+        return pieces, words if self.aligner is not None else [() for _ in pieces]
+
+    def drop_unspoken_tail(self, pieces: list[_Piece], words: list[tuple[Word, ...]],
+                           audio_end: float) -> tuple[list[_Piece], list[tuple[Word, ...]]]:
+        """Without the last piece's closing words that the alignment squeezes into no time at the
+        very end of the audio: they have no audio under them. A window that ends in a pause makes
+        the decoder run on past the speech (measured on base, a stream's segment cut in a pause:
+        "... he makes me harshly feel. He makes me", its last three words at 9.90-9.90 s of 9.93)."""
+        last = list(words[-1]) if words else []
+        n = len(last)
+        while n and last[n - 1].end <= last[n - 1].start and last[n - 1].start >= audio_end - EDGE_S:
+            n -= 1
+        if n == len(last):
+            return pieces, words
+        log.debug("dropped %d unspoken words at the end of a window", len(last) - n)
+        piece, kept = pieces[-1], text_of(last[:n]).strip()
+        k = len(piece.tokens)
+        while k and self.tokenizer.decode(piece.tokens[:k]).strip() != kept:
+            k -= 1
+        if k == 0:
+            return pieces[:-1], words[:-1]
+        cut = _Piece(piece.start, piece.end, piece.tokens[:k], piece.logprobs[:k])
+        return [*pieces[:-1], cut], [*words[:-1], tuple(last[:n])]
 
     def _stats(self, result: WindowResult, pieces: list[_Piece]) -> WindowStats:
         text = self.tokenizer.decode([t for p in pieces for t in p.tokens])

@@ -10,9 +10,12 @@ Decoding while the user still speaks:
   `pipeline.speculate_after_ms`, the audio so far is decoded at once. When `audio-stop` comes
   with no speech after that pause (Home Assistant stops after its own VAD's silence), that
   result is the transcript: nothing is left to decode after the stop;
-- once the audio not yet committed exceeds the model's window, a commit job decodes it as
-  unfinished speech and keeps the text up to its last complete timestamp, so a long request
-  leaves at most about one window to decode at the end.
+- once the audio not yet committed exceeds the model's window, a commit job decodes its first
+  window as unfinished speech and keeps the text up to the last complete timestamp, so a long
+  request leaves at most about one window to decode at the end. Each job carries on from the
+  committed text (`Transcription.context`): the request reads as `edgeasr transcribe` reads
+  the same audio, window by window (measured on the dev set: committing whatever had arrived,
+  without that context, cost 7 points of WER over 10 s).
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ class Session:
         self._silent_frames = 0  # at the end
         self._committed = 0  # samples whose text is in _text
         self._text = ""  # committed text
+        self._context: tuple[int, ...] = ()  # its last tokens: the prompt of what follows (worker thread)
         self._language = language or ""
         self._format: tuple[int, int, int] | None = None
         self._resampler: Any = None
@@ -245,18 +249,20 @@ class Session:
             return self._audio[self._committed:], self._committed
 
     def _transcribe(self, engine: Any, audio: np.ndarray, final: bool,
-                    should_stop: Callable[[], bool] | None = None) -> Any:
-        result = engine.transcribe(audio, final=final, language=self.language, should_stop=should_stop)
+                    should_stop: Callable[[], bool] | None = None, max_windows: int | None = None) -> Any:
+        result = engine.transcribe(audio, final=final, language=self.language, should_stop=should_stop,
+                                   prompt=self._context, max_windows=max_windows)
         if result.language:
             self._language = result.language
         return result
 
     def _commit(self, engine: Any, should_stop: Callable[[], bool]) -> None:
-        audio, _ = self._pending()
-        result = self._transcribe(engine, audio[: self.window * 2], final=False)
+        audio, _ = self._pending()  # more than a window: the first one is decoded as offline
+        result = self._transcribe(engine, audio, final=False, max_windows=1)
         with self._lock:
             self._committed += result.consumed_samples
             self._text = _join(self._text, result.text)
+        self._context = result.context
         self._committing = False
 
     def _partial(self, engine: Any, should_stop: Callable[[], bool]) -> None:
