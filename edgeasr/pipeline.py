@@ -14,8 +14,10 @@ While someone speaks into a live source:
   job finds that result ready, so the transcript leaves as the hangover ends instead of a
   decode later; if speech resumes, the speculation is thrown away.
 
-Jobs run one at a time on the worker thread, so the state they share (the tail a cut window
-carries into the next segment, the speculation) needs no lock.
+A segment cut at the window limit while speech goes on leaves its unfinished tail to the next
+segment, which is decoded after it with the text before it as prompt (`_Carry`). Jobs run one
+at a time on the worker thread, so the state they share (that carry, the speculation) needs no
+lock.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ its last seconds (the segmenter's cut rule, `PauseFinding`), and is then decoded
 complete. Otherwise it is decoded with timestamps: greedy decoding loops when speech runs
 into the window edge (measured; padding the encoder output does not help), so such a
 window keeps only its segments closed by a timestamp and the next window starts at the
-last complete timestamp. The last window of final audio keeps everything.
+last complete timestamp. The last window of final audio keeps everything but closing words
+with no audio under them. A call can decode part of the audio (`max_windows`) and a later one
+carry on from its text (`prompt` = the earlier `Transcription.context`): the Wyoming sessions
+and the pipeline's carried tails read long speech as one call would.
 """
 
 from __future__ import annotations
