@@ -139,6 +139,9 @@ def test_without_output_words_the_segments_have_none(tiny_bundle, dev_dir):
     result = engine.transcribe(np.concatenate([audio, np.zeros(16000, np.float32)]))
     assert result.text and all(s.words == () for s in result.segments)
     assert "words" not in result.timings_ms
+    # nor with decoder.drop_unspoken_words off
+    result = make_engine(tiny_bundle, **{"decoder.drop_unspoken_words": False}).transcribe(audio)
+    assert result.text and "words" not in result.timings_ms
 
 
 def test_a_bundle_without_the_alignment_graph_is_named(tiny_bundle, tmp_path):

@@ -75,7 +75,7 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
                                     decoder.threads)
     if words:
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
-    if bundle.has(ALIGN_ROLE):
+    if decoder.drop_unspoken_words and bundle.has(ALIGN_ROLE):
         engine.tail_aligner = functools.cache(
             lambda: engine.aligner or WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads))
     return engine
