@@ -50,6 +50,19 @@ def test_the_repairs_keep_the_words_spelling_the_text():
     assert out[1].words[-1] == Word(" end.", 4.5, 5.5, 0.9)  # the full stop's end
 
 
+def test_a_complete_transcription_ends_in_a_full_stop_not_an_ellipsis():
+    """tiny.en on ls_test-other_1688-142285-0000 ends "... too much of steel. Anon...": scored
+    after Whisper's normalizer that is "anon ." with a lone "." as a word."""
+    from conftest import normalize
+
+    out = tidy([worded(0, " has got a little too much of steel."), worded(4, " Anon...")])
+    assert out[-1].text == " Anon." and "".join(w.word for w in out[-1].words) == " Anon."
+    assert normalize("".join(s.text for s in out)).split()[-1] == "anon"
+    unfinished = [worded(0, " and it was natural therefore...")]
+    assert tidy(unfinished, complete=False) == unfinished  # speech goes on: it may continue
+    assert tidy([worded(0, " ...")]) == []  # no words: nothing to end
+
+
 def test_stock_phrases_are_recognised_whatever_the_punctuation():
     assert stock_phrase(" Thank you.") and stock_phrase("you") and stock_phrase("Thanks for watching!")
     assert not stock_phrase(" Thank you for the fence.")

@@ -4,6 +4,10 @@
   before it: joined with a space it would score as a word.
 - A double quote without its pair (`...my native country." The narrative...`): Whisper
   learnt quoted speech from subtitles, and a window cut inside the quote keeps one half.
+- An ellipsis that ends a complete transcription ("...too much of steel. Anon..."): the
+  decoder's mark for speech that trails off or runs into the end of the audio. Once the
+  speech is over it is a full stop; left as it is, Whisper's English normalizer (how WER is
+  scored, and how a consumer that strips marks would see it) turns it into a lone ".".
 
 A segment's words (output.words) are repaired with its text, so that they still spell it.
 """
@@ -92,5 +96,26 @@ def _drop_in_words(words: tuple[Word, ...], at: set[int]) -> tuple[Word, ...]:
     return tuple(out)
 
 
-def tidy(segments: list[TextSegment]) -> list[TextSegment]:
-    return drop_unpaired_quotes(join_bare_punctuation(segments))
+ELLIPSES = ("...", "\u2026")
+
+
+def end_with_a_full_stop(segments: list[TextSegment]) -> list[TextSegment]:
+    """The last segment's closing ellipsis (and its last word's) made a full stop."""
+    if not segments:
+        return segments
+    last = segments[-1]
+    text = last.text.rstrip()
+    mark = next((e for e in ELLIPSES if text.endswith(e)), None)
+    if mark is None or not has_words(text[: -len(mark)]):
+        return segments
+    words = last.words
+    if words and words[-1].word.rstrip().endswith(mark):
+        w = words[-1]
+        words = (*words[:-1], dataclasses.replace(w, word=w.word.rstrip()[: -len(mark)] + "."))
+    return [*segments[:-1], dataclasses.replace(last, text=text[: -len(mark)] + ".", words=words)]
+
+
+def tidy(segments: list[TextSegment], complete: bool = True) -> list[TextSegment]:
+    """complete: the speech is over (the transcription's last window kept everything)."""
+    segments = drop_unpaired_quotes(join_bare_punctuation(segments))
+    return end_with_a_full_stop(segments) if complete else segments

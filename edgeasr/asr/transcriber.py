@@ -219,7 +219,7 @@ class Transcriber:
                 break
         if final:
             seek = len(audio)
-        segments = tidy(segments)
+        segments = tidy(segments, complete=final)
         text = "".join(s.text for s in segments).strip()
         return Transcription(text=text, segments=tuple(segments), language=language or "en", windows=windows,
                              tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
