@@ -240,21 +240,24 @@ class Pipeline:
         self.report_error(f"transcription failed: {exc}", segment.start_utc.isoformat())
 
     # ------------------------------------------------------------------ worker thread
+    def _carried(self, start_sample: int) -> _Carry | None:
+        """The carried tail that audio starting at `start_sample` continues, if any."""
+        carry = self._carry
+        return carry if carry is not None and carry.segment.end_sample == start_sample else None
+
     def _with_carry(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """float32 audio, with the unfinished tail of the cut window before it prepended, and
         the prompt to decode it with (the text before that tail)."""
         audio = samples.astype(np.float32) / INT16_SCALE
-        carry = self._carry
-        if carry is not None and carry.segment.end_sample == start_sample:
-            return np.concatenate([carry.audio, audio]), carry.context
-        return audio, ()
+        carry = self._carried(start_sample)
+        return (np.concatenate([carry.audio, audio]), carry.context) if carry is not None else (audio, ())
 
     def _final(self, engine: Any, should_stop: Callable[[], bool], segment: SpeechSegment,
                speculation: _Speculation | None) -> None:
         self.status("transcribing")
-        carry = self._carry
+        carry = self._carried(segment.start_sample)
         audio, prompt = self._with_carry(segment.samples, segment.start_sample)
-        if carry is not None and carry.segment.end_sample == segment.start_sample:
+        if carry is not None:
             segment = dataclasses.replace(segment, start_sample=carry.segment.start_sample,
                                           start_utc=carry.segment.start_utc)
         self._carry = None

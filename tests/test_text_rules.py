@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from edgeasr.asr.cleanup import drop_unpaired_quotes, join_bare_punctuation, tidy, unpaired_quotes
+from edgeasr.asr.pieces import Piece, trim_repeats
 from edgeasr.asr.spoken import SpeechMap, keep_segment, stock_phrase
-from edgeasr.asr.transcriber import _Piece, trim_repeats
 from edgeasr.audio.files import load_audio
 from edgeasr.audio.segmenter import PauseFinder
 from edgeasr.config import VadOptions
@@ -91,8 +91,8 @@ def test_a_repeat_over_speech_is_kept_and_one_over_silence_cut(front_center):
     speech, speech_end = front_center
     words = [100, 200, 300, 400, 13]  # any five tokens: the rule looks only at ids and times
     half = speech_end / 2
-    said_twice = [_Piece(0.0, half, words, [-0.1] * 5), _Piece(half, speech_end, words, [-0.1] * 5)]
+    said_twice = [Piece(0.0, half, words, [-0.1] * 5), Piece(half, speech_end, words, [-0.1] * 5)]
     assert trim_repeats(said_twice, speech) == said_twice
-    looping = [_Piece(0.0, speech_end, words, [-0.1] * 5), _Piece(speech_end + 0.5, speech_end + 2.5, words, [-0.1] * 5)]
+    looping = [Piece(0.0, speech_end, words, [-0.1] * 5), Piece(speech_end + 0.5, speech_end + 2.5, words, [-0.1] * 5)]
     assert trim_repeats(looping, speech) == looping[:1]
     assert trim_repeats(said_twice) == said_twice[:1]  # without the VAD, every repeat is a loop

@@ -76,8 +76,9 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
     if words:
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
     if decoder.drop_unspoken_words and bundle.has(ALIGN_ROLE):
+        # only asked for when output.words made no aligner
         engine.tail_aligner = functools.cache(
-            lambda: engine.aligner or WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads))
+            lambda: WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads))
     return engine
 
 

@@ -26,7 +26,8 @@ from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, 
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
-from edgeasr.asr.spoken import SpeechMap, keep_segment, repeat_is_spoken
+from edgeasr.asr.pieces import Piece, find_loop, split_segments, trim_repeats
+from edgeasr.asr.spoken import SpeechMap, keep_segment
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.bundle import Bundle
@@ -68,40 +69,8 @@ def _best(attempts: list[tuple[_Decoded, WindowStats]], gates) -> tuple[_Decoded
 
 
 @dataclass
-class _Piece:
-    start: float  # seconds from the window start
-    end: float | None  # None: no closing timestamp
-    tokens: list[int]
-    logprobs: list[float]
-
-
-def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_position: float) -> list[_Piece]:
-    """Cut the token stream at timestamps: <t0> text <t1><t1> text <t2> ... [text]."""
-    pieces: list[_Piece] = []
-    current: _Piece | None = None
-    for token, lp in zip(result.tokens, result.logprobs):
-        if token >= timestamp_begin:
-            t = (token - timestamp_begin) * seconds_per_position
-            if current is not None and current.tokens:
-                current.end = t
-                pieces.append(current)
-                current = None
-            elif current is None:
-                current = _Piece(t, None, [], [])
-        else:
-            if current is None:
-                start = pieces[-1].end if pieces else None
-                current = _Piece(start if start is not None else 0.0, None, [], [])
-            current.tokens.append(token)
-            current.logprobs.append(lp)
-    if current is not None and current.tokens:
-        pieces.append(current)
-    return pieces
-
-
-@dataclass
 class _Decoded:
-    pieces: list[_Piece]  # the pieces to keep
+    pieces: list[Piece]  # the pieces to keep
     result: WindowResult  # of the last attempt
     advance: int  # samples the kept pieces account for
     failed_gate: str | None
@@ -267,8 +236,8 @@ class Transcriber:
             decoded.failed_gate = None
         return decoded
 
-    def _words(self, pieces: list[_Piece], chunk: np.ndarray, result: WindowResult, offset: float,
-               timings: dict[str, float], complete: bool) -> tuple[list[_Piece], list[tuple[Word, ...]]]:
+    def _words(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult, offset: float,
+               timings: dict[str, float], complete: bool) -> tuple[list[Piece], list[tuple[Word, ...]]]:
         """Each kept piece's words, timed from the audio start (none without output.words). The
         last window of audio decoded in several, when its text runs to the end of its audio,
         loses the words at its end that have no audio under them (`drop_unspoken_tail`): such a
@@ -288,8 +257,8 @@ class Transcriber:
         timings["words"] = timings.get("words", 0.0) + (time.monotonic() - t0) * 1e3
         return pieces, words if self.aligner is not None else [() for _ in pieces]
 
-    def drop_unspoken_tail(self, pieces: list[_Piece], words: list[tuple[Word, ...]],
-                           audio_end: float) -> tuple[list[_Piece], list[tuple[Word, ...]]]:
+    def drop_unspoken_tail(self, pieces: list[Piece], words: list[tuple[Word, ...]],
+                           audio_end: float) -> tuple[list[Piece], list[tuple[Word, ...]]]:
         """Without the last piece's closing words that the alignment squeezes into no time at the
         very end of the audio: they have no audio under them. A window that ends in a pause makes
         the decoder run on past the speech (measured on base, a stream's segment cut in a pause:
@@ -307,17 +276,17 @@ class Transcriber:
             k -= 1
         if k == 0:
             return pieces[:-1], words[:-1]
-        cut = _Piece(piece.start, piece.end, piece.tokens[:k], piece.logprobs[:k])
+        cut = Piece(piece.start, piece.end, piece.tokens[:k], piece.logprobs[:k])
         return [*pieces[:-1], cut], [*words[:-1], tuple(last[:n])]
 
-    def _stats(self, result: WindowResult, pieces: list[_Piece]) -> WindowStats:
+    def _stats(self, result: WindowResult, pieces: list[Piece]) -> WindowStats:
         text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
         lps = [lp for p in pieces for lp in p.logprobs]
         return WindowStats(text, float(np.mean(lps)) if lps else result.avg_logprob,
                            result.no_speech_prob, compression_ratio(text))
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool,
-              speech: SpeechMap | None = None, more: bool = False) -> tuple[list[_Piece], int]:
+              speech: SpeechMap | None = None, more: bool = False) -> tuple[list[Piece], int]:
         """The pieces to keep and how many samples they account for: up to where the text
         starts repeating itself over audio that does not (a short window makes the decoder
         run on past the speech), and, given the VAD's `speech`, only pieces spoken. `more`:
@@ -339,7 +308,7 @@ class Transcriber:
                       if keep_segment(speech, p.start, _end(p, chunk, sr), self.tokenizer.decode(p.tokens))]
         return pieces, advance
 
-    def _stopped_early(self, result: WindowResult, pieces: list[_Piece], chunk: np.ndarray) -> int | None:
+    def _stopped_early(self, result: WindowResult, pieces: list[Piece], chunk: np.ndarray) -> int | None:
         """Where to go on if the decoder opened a segment and stopped at once ("<6.26><6.26>"
         then end-of-text) well before the window's end: the speech after it was never
         transcribed (measured: a pause-cut window lost the 2.5 s after such a stop). openai
@@ -350,14 +319,14 @@ class Transcriber:
         stop = int(pieces[-1].end * sr) if pieces[-1].end is not None else len(chunk)
         return stop if MIN_ADVANCE_S * sr <= stop <= len(chunk) - MIN_WINDOW_S * sr else None
 
-    def _closed(self, pieces: list[_Piece], result: WindowResult, chunk: np.ndarray,
-                last: bool) -> tuple[list[_Piece], int]:
+    def _closed(self, pieces: list[Piece], result: WindowResult, chunk: np.ndarray,
+                last: bool) -> tuple[list[Piece], int]:
         sr = self.spec.sample_rate
         stopped_at = self._stopped_early(result, pieces, chunk)
         if last and not result.hit_cap:
             # the audio ends here: an open tail is complete too
             return pieces, stopped_at or len(chunk)
-        good: list[_Piece] = []  # closed pieces with believable timestamps, in order
+        good: list[Piece] = []  # closed pieces with believable timestamps, in order
         ends: list[float] = []
         for p in pieces:
             if p.end is None or p.end - p.start < MIN_S_PER_TOKEN * len(p.tokens):
@@ -375,63 +344,5 @@ class Transcriber:
         return good, (len(chunk) if advance < MIN_ADVANCE_S * sr else min(advance, len(chunk)))
 
 
-ADJACENT_REPEAT = 4  # tokens: a phrase said again at once ("by a similar process, by a similar process")
-DISTANT_REPEAT = 6  # tokens: a longer phrase coming back anywhere in the window
-
-
-def _end(piece: _Piece, chunk: np.ndarray, sample_rate: int) -> float:
+def _end(piece: Piece, chunk: np.ndarray, sample_rate: int) -> float:
     return piece.end if piece.end is not None else len(chunk) / sample_rate
-
-
-def trim_repeats(pieces: list[_Piece], speech: SpeechMap | None = None) -> list[_Piece]:
-    """The pieces up to where the text starts looping (`find_loop`)."""
-    return find_loop(pieces, speech)[0]
-
-
-def find_loop(pieces: list[_Piece], speech: SpeechMap | None = None) -> tuple[list[_Piece], int | None]:
-    """Cut where the window's text starts repeating itself: a short window makes the decoder
-    run on past the speech. Shorter phrases recur in real speech ("it was here that ..., it
-    was here that ..."), so only an immediate repeat or a long one counts. A speaker may say
-    a phrase twice ("tear down the fence! tear down the fence!"): a repeat that the decoder
-    timestamped as a segment of its own is kept when the VAD hears enough speech under it
-    for its tokens (`spoken.repeat_is_spoken`). Inside a segment the timestamps cannot tell
-    (word timestamps will). Returns the pieces cut there, and the index of the piece where
-    the loop began (None: no loop)."""
-    flat = [(i, j) for i, p in enumerate(pieces) for j in range(len(p.tokens))]
-    text = [pieces[i].tokens[j] for i, j in flat]
-    last_start: dict[tuple[int, ...], int] = {}
-    long_first: dict[tuple[int, ...], int] = {}
-    spoken_again = -1  # a piece judged said again: its tokens repeat by right
-    for k in range(len(text)):
-        short, long = tuple(text[k : k + ADJACENT_REPEAT]), tuple(text[k : k + DISTANT_REPEAT])
-        prev = last_start.get(short)
-        last_start[short] = k
-        first_long = long_first.setdefault(long, k)
-        if len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1:
-            first = prev
-        elif len(long) == DISTANT_REPEAT and first_long < k:
-            first = first_long
-        else:
-            continue
-        i, j = flat[k]
-        p = pieces[i]
-        if i == spoken_again:
-            continue
-        if (speech is not None and j == 0 and p.end is not None
-                and repeat_is_spoken(speech, p.start, p.end, len(p.tokens))):
-            spoken_again = i  # said again, as a segment of its own
-            continue
-        cut = _Piece(p.start, p.end, p.tokens[:j], p.logprobs[:j])
-        return pieces[:i] + ([cut] if cut.tokens else []), _looped_piece(pieces, flat[first][0])
-    return pieces, None
-
-
-def _looped_piece(pieces: list[_Piece], default: int) -> int:
-    """The first piece that a later one ends like: a loop of whole segments, each saying
-    closed by a made-up timestamp (an n-gram across a segment boundary can point one piece
-    late); else `default`, the piece where the repeated phrase was first seen."""
-    tails = [tuple(p.tokens[-ADJACENT_REPEAT:]) for p in pieces]
-    for i, tail in enumerate(tails):
-        if len(tail) == ADJACENT_REPEAT and tail in tails[i + 1 :]:
-            return i
-    return default

@@ -26,7 +26,9 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,22 +120,16 @@ def quantize(model, dst: Path, keep_float: list[str] | None = None) -> None:
         root.setLevel(level)
 
 
-def mlp_matmuls(model) -> list[str]:
-    """The MLPs' MatMul nodes. The alignment graph keeps them in float32: the activations
-    after GELU have outliers that int8 activations round away, and the alignment heads'
-    attention moves with them. Measured on the dev set against CTranslate2 (tiny.en, 1874
-    token starts): within one position 94.6 % all int8, 98.3 % with the MLPs in float32
-    (98.6 % all float32); tiny's graph 7.8 -> 18.4 MB, ~10 % slower."""
-    return [n.name for n in model.graph.node if n.op_type == "MatMul" and "/mlp/" in n.name]
-
-
-def float_mlp_matmuls(names: list[str]):
-    """keep_float for the decoder steps: the MLP MatMuls named (fc1, fc2) stay float32, as
-    measured per model (`known.json` int8_float). fc2's input is GELU's output, whose
-    outliers int8 activations (one scale per tensor) round away. Measured on the dev set,
-    greedy, interleaved: base 8.83 -> 7.49 % WER (CER 4.42 -> 3.11 %) with fc2 float, for
-    1.19x the decoder time (both MLP MatMuls: 8.20 %; the vocabulary projection: 8.20 % at
-    1.51x); tiny.en 9.96 -> 10.46 %, so tiny.en stays all int8."""
+def mlp_matmuls(names: Sequence[str] = ("fc1", "fc2")) -> Callable[[Any], list[str]]:
+    """keep_float that keeps the MLPs' MatMul nodes named (fc1, fc2) in float32: GELU's output
+    has outliers that int8 activations (one scale per tensor) round away. Measured:
+    - the alignment graph, both: the alignment heads' attention moves with them. Against
+      CTranslate2 (tiny.en, 1874 token starts) within one position 94.6 % all int8, 98.3 %
+      with the MLPs in float32 (98.6 % all float32); tiny's graph 7.8 -> 18.4 MB, ~10 % slower;
+    - the decoder steps, as measured per model (`known.json` int8_float), on the dev set,
+      greedy, interleaved: base 8.83 -> 7.49 % WER (CER 4.42 -> 3.11 %) with fc2 float, for
+      1.19x the decoder time (both MLP MatMuls: 8.20 %; the vocabulary projection: 8.20 % at
+      1.51x); tiny.en 9.96 -> 10.46 %, so tiny.en stays all int8."""
     def pick(model) -> list[str]:
         return [n.name for n in model.graph.node
                 if n.op_type == "MatMul" and any(f"/mlp/{name}/" in n.name for name in names)]
@@ -216,7 +212,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
     n_positions = n_frames // 2
     files: dict[str, str] = {}
     known = known_decoding(ckpt.source.get("sha256", "")) or {}
-    step_float = float_mlp_matmuls(known.get("int8_float", []))
+    step_float = mlp_matmuls(known.get("int8_float", []))
 
     def cpu_graph(role: str, build, *args, keep_fp32: bool, keep_float=lambda model: []) -> None:
         """Build a graph, save it in fp32 when that is wanted, then its int8 variant (but the
@@ -249,7 +245,7 @@ def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(
     # for base): in the default bundle, so that output.words works with any bundle
     if ckpt.alignment_heads:
         steps.run("alignment heads", cpu_graph, "decoder_align", graphs.decoder_align,
-                  ckpt.alignment_heads, keep_fp32="fp32" in extras, keep_float=mlp_matmuls)
+                  ckpt.alignment_heads, keep_fp32="fp32" in extras, keep_float=mlp_matmuls())
     else:  # a fine-tuned checkpoint may not say which heads follow the audio
         log.warning("%s lists no alignment heads: the bundle has no word timestamps", ckpt.name)
     if "beam" in extras:
