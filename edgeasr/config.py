@@ -172,8 +172,9 @@ class DecoderConfig:
     on_gate_fail: str | None = opt(None, OneOf(("drop", "retry", "keep")), live=True)
     fallback_temperature_step: float = opt(0.2, Range(0, 1, lo_open=True), live=True)
     beam_size: int = opt(1, Range(1, 5))  # 1: greedy; 2..5 hypotheses at temperature 0 (bundle --with beam)
-    # align the last window of long audio when its text runs to the audio's end, and drop
-    # closing words with no audio under them (loads the alignment graph on first use)
+    # judge words by the audio under them (the alignment heads): closing words with none at
+    # the end of long audio are dropped, and a phrase repeated inside a segment is a loop
+    # only without it (loads the alignment graph on first use; off: every such repeat is cut)
     drop_unspoken_words: bool = opt(True)
 
 

@@ -65,9 +65,9 @@ class Outputs:
     mqtt: Any = None  # edgeasr.output.mqtt.MqttPublisher
     outbox: Any = None  # edgeasr.output.outbox.Outbox
 
-    def report_error(self, error: str, context: str) -> None:
+    def report_error(self, error: str, context: str, resolved: bool = False) -> None:
         if self.mqtt is not None:
-            self.mqtt.publish_error(error, context)
+            self.mqtt.publish_error(error, context, resolved=resolved)
 
     def close(self, timeout_s: float) -> None:
         for publisher in self.publishers:
@@ -251,8 +251,8 @@ class Daemon:
         if pipeline is not None:
             pipeline.source.close()
             stats = pipeline.stats
-            log.info("stopped: %d transcripts from %d segments (%d dropped, %d failed)", stats.transcripts,
-                     stats.segments, pipeline.lane.dropped, stats.failures)
+            log.info("stopped: %d transcripts from %d segments decoded, %d failed, %d dropped (inference behind)",
+                     stats.transcripts, stats.segments, stats.failures, pipeline.lane.dropped)
             if pipeline.error is not None:
                 raise pipeline.error  # after everything read was transcribed and delivered
         if self._failure is not None:
@@ -266,10 +266,16 @@ class Daemon:
 
         health = encoder_health(self.engine.encoder)
         previous, self._health = self._health, health
-        if previous is None or health.state == previous.state:
+        if previous is None:
+            return
+        # a stall the device recovered from between two looks shows only in the count
+        missed = health.state == previous.state == "ok" and health.failures > previous.failures
+        if health.state == previous.state and not missed:
             return
         if health.state == "ok":
             log.info("the encoder device works again (%d reopened)", health.reopens)
+            self.outputs.report_error(f"encoder device ok again ({health.failures} failed encodes in all, "
+                                      f"{health.reopens} reopens)", health.last_error or "", resolved=True)
         else:
             log.warning("the encoder device is %s: %s", health.state, health.last_error)
             self.outputs.report_error(f"encoder device {health.state}", health.last_error or "")
@@ -336,7 +342,8 @@ class Daemon:
         self.cfg = with_live(self.cfg, new)
         logging.getLogger().setLevel(self.cfg.log.level)
         reconfigure(self.engine, self.cfg.model, self.cfg.decoder)
-        self.pipeline.log_transcripts = self.cfg.log.transcripts
+        if self.pipeline is not None:  # none when only Wyoming listens (input.source: none)
+            self.pipeline.log_transcripts = self.cfg.log.transcripts
         applied = [k for k in changed if k in live]
         restart = [k for k in changed if k not in live]
         log.info("SIGHUP: applied %s", ", ".join(applied) or "nothing new")

@@ -21,9 +21,12 @@ OUT_DIR=${EDGEASR_DEB_OUT:-$HERE/dist}
 PY_VERSION=3.11
 PY_ABI=cp311
 GLIBC_MINORS=(17 24 26 27 28 31 34 35 36)
-# HailoRT 4.x (Hailo-8) requires numpy<2 and builds with pybind11 2.10, which predates
-# numpy 2; the venv shadows Debian's numpy, so the wheelhouse must stay on 1.x.
-CONSTRAINTS=("numpy<2")
+# The versions the tests ran with (packaging/constraints.txt), so that a new release upstream
+# cannot change what the package does; but numpy: HailoRT 4.x (Hailo-8) requires numpy<2 and
+# builds with pybind11 2.10, which predates numpy 2; the venv shadows Debian's numpy, so the
+# wheelhouse stays on the last 1.x, with the last ml_dtypes (onnx's) that runs on it.
+NUMPY_1_PINS="numpy==1.26.4
+ml_dtypes==0.5.4"
 # The offline weights of the embedded default (pyproject.toml's `weights` extra).
 WEIGHTS=$(sed -n 's/^weights = \["\(.*\)"\]$/\1/p' "$REPO/pyproject.toml")
 # The workstation-only export stack must never reach the device.
@@ -78,7 +81,7 @@ for minor in "${GLIBC_MINORS[@]}"; do
     platforms+=(--platform "manylinux_2_${minor}_${MACHINE}")
 done
 platforms+=(--platform "manylinux2014_${MACHINE}")
-printf '%s\n' "${CONSTRAINTS[@]}" > "$WORK/constraints.txt"
+{ grep -Ev '^(numpy|ml_dtypes)==' "$HERE/constraints.txt"; echo "$NUMPY_1_PINS"; } > "$WORK/constraints.txt"
 "${PIP[@]}" download --only-binary=:all: --python-version "$PY_VERSION" \
     --implementation cp --abi "$PY_ABI" "${platforms[@]}" \
     --constraint "$WORK/constraints.txt" --dest "$WHEELS" "$WHEELS"/edgeasr-*.whl "$WEIGHTS"

@@ -18,6 +18,25 @@ sys.path.insert(0, str(Path(__file__).parent))  # test helper modules
 pytest_plugins = ("broker_fixtures", "hailo_fixtures")
 
 
+# The markers (pyproject.toml) by what a test uses, so that
+# `pytest -m "not (model or broker or alsa or system or slow)"` is the fast subset.
+MODEL_FIXTURES = frozenset({"tiny_checkpoint", "tiny_bundle", "tiny_default_bundle", "base_bundle",
+                            "hailo_bundle", "tiny_ct2", "base_ct2"})
+BROKER_FIXTURES = frozenset({"mosquitto", "mosquitto_tls"})
+ALSA_FIXTURES = frozenset({"mics"})
+SYSTEM_MODULES = frozenset({"test_deb", "test_systemd_unit"})  # dpkg-buildpackage, lintian, systemd-analyze
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))  # with the fixtures' own fixtures
+        for marker, fixtures in (("model", MODEL_FIXTURES), ("broker", BROKER_FIXTURES), ("alsa", ALSA_FIXTURES)):
+            if used & fixtures:
+                item.add_marker(marker)
+        if item.module is not None and item.module.__name__ in SYSTEM_MODULES:
+            item.add_marker("system")
+
+
 @pytest.fixture(scope="session")
 def dev_dir() -> Path:
     assert DEV.is_dir(), f"the dev set is expected at {DEV} (../shared beside the repository)"

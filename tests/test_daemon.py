@@ -198,6 +198,7 @@ def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_default_bundle, dev
     assert text.index("READY=1") < text.index("WATCHDOG=1") < text.index("STOPPING=1")
 
 
+@pytest.mark.alsa  # its virtual microphone is made in the test
 def test_capture_from_an_alsa_fifo_microphone(tiny_default_bundle, dev_dir, tmp_path):
     """The real PortAudio path: the daemon records a virtual ALSA mic fed at real time."""
     from alsa_fixtures import VirtualMics

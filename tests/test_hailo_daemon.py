@@ -135,6 +135,8 @@ def test_a_device_that_stays_stalled_stops_the_watchdog_and_the_daemon(standin, 
     sock.close()
     assert daemon.returncode == 69, err[-3000:]
     assert "the encoder device failed for good" in err.strip().splitlines()[-1]
+    # the summary counts each of the three utterances as a failed segment
+    assert "stopped: 0 transcripts from 0 segments decoded, 3 failed, 0 dropped" in err, err[-3000:]
     failed_at = next(t for t, m in messages if "NPU failed" in m)
     assert not [m for t, m in messages if t > failed_at and "WATCHDOG=1" in m]
     assert any("STOPPING=1" in m for _, m in messages)

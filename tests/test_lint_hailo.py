@@ -68,6 +68,22 @@ def test_bundle_encoder_passes(tiny_bundle):
     assert lint(Path(tiny_bundle)) == []  # a bundle directory means its encoder.onnx
 
 
+def test_bundle_encoder_is_hailo_shaped(tiny_bundle):
+    """Exactly opset 13 (the lint accepts newer ones the DFC may also parse; we write 13), the
+    NHWC log-mel [1, 1, frames, mels] in, static shapes, Conv2D and no fused attention."""
+    from edgeasr.bundle import load_bundle
+    from edgeasr.models.graphs import ENCODER_OPSET
+
+    bundle = load_bundle(Path(tiny_bundle))
+    model = onnx.load(str(Path(tiny_bundle) / "encoder.onnx"), load_external_data=False)
+    assert ENCODER_OPSET == 13 and {o.domain: o.version for o in model.opset_import}[""] == ENCODER_OPSET
+    (mel,) = model.graph.input
+    dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in mel.type.tensor_type.shape.dim]
+    assert dims == [1, 1, bundle.audio.n_frames, bundle.audio.n_mels]
+    ops = {n.op_type for n in model.graph.node}
+    assert "Conv" in ops and not ops & {"Attention", "MultiHeadAttention", "Conv1D"}
+
+
 def test_valid_small_graph_passes(tmp_path):
     assert lint(save(conv2d_graph(), tmp_path / "ok.onnx")) == []
 

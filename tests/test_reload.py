@@ -10,11 +10,11 @@ from edgeasr.config import load_config
 from edgeasr.daemon import Daemon, Outputs
 
 
-def daemon_for(path: Path) -> Daemon:
+def daemon_for(path: Path, capture: bool = True) -> Daemon:
     cfg = load_config(path)
     engine = types.SimpleNamespace(options=None, gates=None, on_gate_fail=None,
                                    bundle=types.SimpleNamespace(decoding={}))  # an uncalibrated bundle
-    pipeline = types.SimpleNamespace(log_transcripts=cfg.log.transcripts)
+    pipeline = types.SimpleNamespace(log_transcripts=cfg.log.transcripts) if capture else None
     return Daemon(cfg, engine=engine, worker=None, pipeline=pipeline, server=None, outputs=Outputs([]),
                   notifier=None, progress=None, model="m", backend="onnx",
                   reload_config=lambda: load_config(path))
@@ -57,3 +57,17 @@ def test_a_broken_file_keeps_the_running_configuration(tmp_path, caplog):
     messages = reload(daemon, caplog)
     assert len(messages) == 1 and messages[0].startswith("SIGHUP: keeping the running configuration: decoder.preset")
     assert daemon.cfg.decoder.preset == "aggressive"
+
+
+def test_a_daemon_without_local_audio_reloads(tmp_path, caplog):
+    """input.source: none (Wyoming only) builds no pipeline: a reload must not need one."""
+    caplog.set_level(logging.INFO, logger="edgeasr.daemon")
+    path = tmp_path / "edgeasr.yaml"
+    path.write_text("decoder:\n  preset: balanced\n")
+    daemon = daemon_for(path, capture=False)
+    try:
+        path.write_text("decoder:\n  preset: conservative\nlog:\n  transcripts: true\n")
+        assert reload(daemon, caplog) == ["SIGHUP: applied log.transcripts, decoder.preset"]
+        assert daemon.engine.options.repetition_penalty == 1.3 and daemon.cfg.log.transcripts
+    finally:
+        logging.getLogger().setLevel(logging.WARNING)

@@ -213,3 +213,41 @@ def test_the_cpu_encoder_goes_through_the_same_wrapper(tiny_bundle: Path):
         assert enc.health().state == OK and enc.health().failures == 0
     finally:
         enc.close()
+
+
+def test_the_daemon_reports_every_device_change_on_error_in_status_and_metrics():
+    """Each change of the device's state goes to /error (a recovery marked resolved), also a
+    stall the device recovered from between two of the daemon's looks (it shows only in the
+    failure count); STATUS names a device that is not ok; /metrics carries its counters."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from edgeasr.asr.supervision import DeviceHealth
+    from edgeasr.config import load_config
+    from edgeasr.daemon import Daemon, Outputs, metrics
+    from edgeasr.worker import WorkerStats
+
+    health = [DeviceHealth()]
+    engine = SimpleNamespace(encoder=SimpleNamespace(health=lambda: health[0]))
+    errors: list[tuple[str, bool]] = []
+    mqtt = SimpleNamespace(publish_error=lambda error, context=None, *, resolved=False: errors.append((error, resolved)),
+                           health=lambda: SimpleNamespace(summary=lambda: ""))
+    statuses: list[str] = []
+    daemon = Daemon(load_config(None), engine=engine, worker=None, pipeline=None, server=None,
+                    outputs=Outputs([], mqtt=mqtt), notifier=SimpleNamespace(status=statuses.append),
+                    progress=None, model="m", backend="hailo")
+    daemon._watch_device()  # the first look
+    health[0] = DeviceHealth(RECOVERING, 1, 1, 0, 0, "HAILO_TIMEOUT")
+    daemon._watch_device()
+    assert statuses[-1] == "listening; NPU recovering (1 failures: HAILO_TIMEOUT)"
+    health[0] = DeviceHealth(OK, 0, 1, 1, 0, "HAILO_TIMEOUT")
+    daemon._watch_device()
+    assert statuses[-1] == "listening"
+    health[0] = DeviceHealth(OK, 0, 2, 2, 0, "HAILO_TIMEOUT")  # stalled and recovered unseen
+    daemon._watch_device()
+    daemon._watch_device()  # nothing new: nothing sent
+    assert errors == [("encoder device recovering", False),
+                      ("encoder device ok again (1 failed encodes in all, 1 reopens)", True),
+                      ("encoder device ok again (2 failed encodes in all, 2 reopens)", True)]
+    worker = SimpleNamespace(stats=WorkerStats())
+    assert metrics(engine, worker, None, None)["encoder"] == dataclasses.asdict(health[0])

@@ -96,3 +96,24 @@ def test_a_repeat_over_speech_is_kept_and_one_over_silence_cut(front_center):
     looping = [Piece(0.0, speech_end, words, [-0.1] * 5), Piece(speech_end + 0.5, speech_end + 2.5, words, [-0.1] * 5)]
     assert trim_repeats(looping, speech) == looping[:1]
     assert trim_repeats(said_twice) == said_twice[:1]  # without the VAD, every repeat is a loop
+
+
+def test_a_repeat_inside_a_segment_is_judged_by_its_token_times(front_center):
+    """The same phrase twice in one segment (no timestamp between them): kept when the
+    alignment puts the second saying over speech, as long as the first; cut when it squeezes
+    it into the last moment of the audio, or puts it over the silence after the speech."""
+    speech, speech_end = front_center
+    words = [100, 200, 300, 400, 13]
+    one_segment = [Piece(0.0, speech_end, words * 2, [-0.1] * 10)]
+    half = speech_end / 2
+
+    def times(first: float, second: float, end: float):
+        """Token starts for the two sayings, each spread evenly, then the end of the text."""
+        return lambda: [*np.linspace(first, second, 6)[:5], *np.linspace(second, end, 6)]
+
+    assert trim_repeats(one_segment, speech, times(0.0, half, speech_end)) == one_segment
+    squeezed = times(0.0, speech_end - 0.1, speech_end)
+    assert trim_repeats(one_segment, speech, squeezed)[0].tokens == words
+    past_the_speech = times(0.0, speech_end + 0.5, speech_end + 0.5 + half)
+    assert trim_repeats(one_segment, speech, past_the_speech)[0].tokens == words
+    assert trim_repeats(one_segment, speech)[0].tokens == words  # no times: a loop, as ever

@@ -83,6 +83,7 @@ def report(name: str, tokens: np.ndarray, words: np.ndarray) -> tuple[float, flo
     return within
 
 
+@pytest.mark.model  # its bundles and references come by request.getfixturevalue
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("model", ["tiny", "base"])
 def test_word_boundaries_match_ctranslate2(request, dev_dir, dev_manifest, model, precision):

@@ -258,6 +258,7 @@ def test_an_oversized_session_gets_an_error(server, dev_dir):
     assert asyncio.run(transcribe(server.uri, clip(dev_dir, SHORT))).text and server.alive()
 
 
+@pytest.mark.alsa  # its virtual microphone is made in the test
 def test_three_clients_while_the_microphone_pipeline_runs(tiny_bundle, dev_dir, dev_manifest, tmp_path):
     """One engine for both front ends: a virtual ALSA microphone speaks JFK into the MQTT-side
     pipeline (stdout here) while three Wyoming clients are served at the same time."""

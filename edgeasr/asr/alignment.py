@@ -247,6 +247,15 @@ def path_starts(matrix: np.ndarray) -> np.ndarray:
     return token_starts(rows, cols)
 
 
+def token_times(scores: np.ndarray, *, first_row: int, n_tokens: int, positions: int,
+                seconds_per_position: float, options: AlignOptions = DEFAULT_OPTIONS) -> np.ndarray:
+    """When each of the `n_tokens` text tokens starts, then when the text ends (the
+    end-of-text's row), in seconds from the window's start (`word_timings`' arguments)."""
+    rows = slice(first_row, first_row + n_tokens + 1)
+    matrix = similarity(scores, positions, rows, options.median_filter_width)
+    return path_starts(matrix) * seconds_per_position
+
+
 def word_timings(scores: np.ndarray, *, first_row: int, tokens: list[int], probabilities: list[float],
                  positions: int, decode, language: str, seconds_per_position: float,
                  options: AlignOptions = DEFAULT_OPTIONS) -> list[WordSpan]:
@@ -257,9 +266,8 @@ def word_timings(scores: np.ndarray, *, first_row: int, tokens: list[int], proba
     window's real positions; `probabilities`: each token's."""
     if not tokens:
         return []
-    rows = slice(first_row, first_row + len(tokens) + 1)
-    matrix = similarity(scores, positions, rows, options.median_filter_width)
-    starts = path_starts(matrix) * seconds_per_position
+    starts = token_times(scores, first_row=first_row, n_tokens=len(tokens), positions=positions,
+                         seconds_per_position=seconds_per_position, options=options)
     spans = word_spans(split_words(tokens, decode, language), starts, probabilities)
     limit_sentence_ends(spans, options.max_median_s)
     return merge_punctuation(spans)

@@ -4,10 +4,11 @@ again: `spoken.repeat_is_spoken` tells them apart by the VAD)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edgeasr.asr.decoding import WindowResult
-from edgeasr.asr.spoken import SpeechMap, repeat_is_spoken
+from edgeasr.asr.spoken import SpeechMap, repeat_is_spoken, said_again
 
 
 @dataclass
@@ -46,49 +47,65 @@ def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_posit
 
 ADJACENT_REPEAT = 4  # tokens: a phrase said again at once ("by a similar process, by a similar process")
 DISTANT_REPEAT = 6  # tokens: a longer phrase coming back anywhere in the window
+# The start of every text token of the window's pieces in order, then the end of the text, in
+# seconds from the window's start (`words.WordAligner.token_times`); asked for only when a
+# repeat must be judged inside a segment.
+TokenTimes = Callable[[], Sequence[float]]
 
 
-def trim_repeats(pieces: list[Piece], speech: SpeechMap | None = None) -> list[Piece]:
+def trim_repeats(pieces: list[Piece], speech: SpeechMap | None = None,
+                 token_times: TokenTimes | None = None) -> list[Piece]:
     """The pieces up to where the text starts looping (`find_loop`)."""
-    return find_loop(pieces, speech)[0]
+    return find_loop(pieces, speech, token_times)[0]
 
 
-def find_loop(pieces: list[Piece], speech: SpeechMap | None = None) -> tuple[list[Piece], int | None]:
+def find_loop(pieces: list[Piece], speech: SpeechMap | None = None,
+              token_times: TokenTimes | None = None) -> tuple[list[Piece], int | None]:
     """Cut where the window's text starts repeating itself: a short window makes the decoder
     run on past the speech. Shorter phrases recur in real speech ("it was here that ..., it
     was here that ..."), so only an immediate repeat or a long one counts. A speaker may say
-    a phrase twice ("tear down the fence! tear down the fence!"): a repeat that the decoder
-    timestamped as a segment of its own is kept when the VAD hears enough speech under it
-    for its tokens (`spoken.repeat_is_spoken`). Inside a segment the timestamps cannot tell
-    (word timestamps will). Returns the pieces cut there, and the index of the piece where
-    the loop began (None: no loop)."""
+    a phrase twice ("tear down the fence! tear down the fence!"): a loop has no audio under
+    it, a repeat has. Given the VAD's `speech`, a repeat is kept when there is speech under it
+    enough for its tokens (`spoken.repeat_is_spoken`), timed by its segment's timestamps when
+    it is a segment of its own, else by `token_times` (the alignment heads) against the first
+    saying (`spoken.said_again`). Returns the pieces cut there, and the index of the
+    piece where the loop began (None: no loop)."""
     flat = [(i, j) for i, p in enumerate(pieces) for j in range(len(p.tokens))]
     text = [pieces[i].tokens[j] for i, j in flat]
     last_start: dict[tuple[int, ...], int] = {}
     long_first: dict[tuple[int, ...], int] = {}
-    spoken_again = -1  # a piece judged said again: its tokens repeat by right
+    spoken_until = -1  # the tokens before this were judged said again: they repeat by right
     for k in range(len(text)):
         short, long = tuple(text[k : k + ADJACENT_REPEAT]), tuple(text[k : k + DISTANT_REPEAT])
         prev = last_start.get(short)
         last_start[short] = k
         first_long = long_first.setdefault(long, k)
         if len(short) == ADJACENT_REPEAT and prev is not None and k - prev <= ADJACENT_REPEAT + 1:
-            first = prev
+            first, length = prev, k - prev  # the phrase said again is text[first:k]
         elif len(long) == DISTANT_REPEAT and first_long < k:
-            first = first_long
+            first, length = first_long, DISTANT_REPEAT
         else:
+            continue
+        if k < spoken_until:
             continue
         i, j = flat[k]
         p = pieces[i]
-        if i == spoken_again:
+        if speech is not None and j == 0 and p.end is not None and repeat_is_spoken(
+                speech, p.start, p.end, len(p.tokens)):
+            spoken_until = k + len(p.tokens)  # said again, as a segment of its own
             continue
-        if (speech is not None and j == 0 and p.end is not None
-                and repeat_is_spoken(speech, p.start, p.end, len(p.tokens))):
-            spoken_again = i  # said again, as a segment of its own
+        if speech is not None and token_times is not None and _said_again(
+                speech, token_times(), first, k, min(length, len(text) - k)):
+            spoken_until = k + length  # said again, inside a segment
             continue
         cut = Piece(p.start, p.end, p.tokens[:j], p.logprobs[:j])
         return pieces[:i] + ([cut] if cut.tokens else []), _looped_piece(pieces, flat[first][0])
     return pieces, None
+
+
+def _said_again(speech: SpeechMap, times: Sequence[float], first: int, again: int, length: int) -> bool:
+    """Is text[again : again+length], a repeat of text[first : first+length], said again?"""
+    return said_again(speech, (times[first], times[first + length]), (times[again], times[again + length]))
 
 
 def _looped_piece(pieces: list[Piece], default: int) -> int:

@@ -1,10 +1,9 @@
 """Is there speech under this text? Rules that judge decoded text by the audio under it.
 
 A decoder that has run past the speech (a loop, or a "Thank you." at the end of the
-padding) writes text over audio that holds none: the VAD says so. The judge works on time
-spans, today those of the segments' timestamps (a token's time inside a segment is
-interpolated); word timestamps (phase 2: DTW over the alignment heads) can replace
-`token_time` without changing the rules.
+padding) writes text over audio that holds none: the VAD says so. The rules work on time
+spans: a segment's timestamps, or the alignment heads' times of its words (a phrase
+repeated inside a segment, `said_again`).
 """
 
 from __future__ import annotations
@@ -62,12 +61,25 @@ def keep_segment(speech: SpeechMap, start: float, end: float, text: str) -> bool
     return not stock_phrase(text) or speech.spoken_s(start, end) >= STOCK_SPOKEN_FRACTION * (end - start)
 
 
-def token_time(start: float, end: float, index: int, count: int) -> float:
-    """When the index-th of a segment's `count` tokens starts, spread evenly over it."""
-    return start + (end - start) * index / max(1, count)
-
-
 def repeat_is_spoken(speech: SpeechMap, start: float, end: float, repeated_tokens: int) -> bool:
     """A phrase said again ("tear down the fence! tear down the fence!") has speech under
     it, enough for its tokens; a loop has little or none."""
     return speech.spoken_s(start, end + MARGIN_S) >= SPOKEN_S_PER_TOKEN * repeated_tokens
+
+
+# A phrase said again takes about as long, and holds about as much speech, as the first time.
+SAID_AGAIN_MIN_SHARE = 0.5
+
+
+def said_again(speech: SpeechMap, first: tuple[float, float], again: tuple[float, float]) -> bool:
+    """Is a repeat, timed word by word (`first` and `again`: each saying's start and end),
+    said again? A loop's tokens are squeezed into what audio is left, or lie past the speech;
+    a phrase said again lasts, and has speech under it, about as the first saying does."""
+    def lasts(span: tuple[float, float]) -> float:
+        return span[1] - span[0]
+
+    def spoken(span: tuple[float, float]) -> float:
+        return speech.spoken_s(span[0], span[1] + MARGIN_S)
+
+    return (lasts(again) >= SAID_AGAIN_MIN_SHARE * lasts(first)
+            and spoken(again) >= max(MIN_SPOKEN_S, SAID_AGAIN_MIN_SHARE * spoken(first)))

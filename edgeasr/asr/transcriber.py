@@ -13,6 +13,7 @@ and the pipeline's carried tails read long speech as one call would.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, 
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
-from edgeasr.asr.pieces import Piece, find_loop, split_segments, trim_repeats
+from edgeasr.asr.pieces import Piece, TokenTimes, find_loop, split_segments, trim_repeats
 from edgeasr.asr.spoken import SpeechMap, keep_segment
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.words import WordAligner, text_of
@@ -293,8 +294,9 @@ class Transcriber:
         audio follows the window (a loop's phrase can be decoded again in the next one)."""
         sr = self.spec.sample_rate
         decoded = split_segments(result, self.bundle.tokens.timestamp_begin, self.bundle.audio.seconds_per_position)
+        times = self._token_times(decoded, chunk, result)
         # a window that ran to the token cap is looping: speech under a repeat proves nothing
-        _, loop_from = find_loop(decoded, None if result.hit_cap else speech)
+        _, loop_from = find_loop(decoded, None if result.hit_cap else speech, times)
         if loop_from is not None and more and decoded[loop_from].start >= MIN_ADVANCE_S:
             # a loop (the window's edge makes greedy decoding run on) stamps even the looped
             # phrase's first saying too early: decode from where that piece began again
@@ -302,11 +304,26 @@ class Transcriber:
             pieces, advance = decoded[:loop_from], int(decoded[loop_from].start * sr)
         else:
             pieces, advance = self._closed(decoded, result, chunk, last)
-            pieces = trim_repeats(pieces, speech)
+            pieces = trim_repeats(pieces, speech, times)  # a prefix of `decoded`: the same times
         if speech is not None:
             pieces = [p for p in pieces
                       if keep_segment(speech, p.start, _end(p, chunk, sr), self.tokenizer.decode(p.tokens))]
         return pieces, advance
+
+    def _token_times(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult) -> TokenTimes | None:
+        """The window's token times from the alignment heads, for the repeat rule; aligned at
+        most once, and only if asked for (a repeat inside a segment), before the next decode."""
+        if self.aligner is None and self.tail_aligner is None:
+            return None
+        aligner, make = self.aligner, self.tail_aligner
+
+        @functools.cache
+        def times() -> Sequence[float]:
+            used = aligner if aligner is not None or make is None else make()
+            assert used is not None
+            return used.token_times(pieces, len(chunk), result.language, self.options.task)
+
+        return times
 
     def _stopped_early(self, result: WindowResult, pieces: list[Piece], chunk: np.ndarray) -> int | None:
         """Where to go on if the decoder opened a segment and stopped at once ("<6.26><6.26>"

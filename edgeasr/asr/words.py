@@ -64,6 +64,22 @@ class WordAligner:
         feed["token_embeddings"] = rows
         return self.session.run(None, feed)[0]
 
+    def _text_scores(self, prompt: list[int], tokens: list[int]) -> np.ndarray:
+        """scores() of the sequence openai aligns: prompt, no-timestamps, the text, end-of-text."""
+        tok = self.bundle.tokens
+        return self.scores([*prompt, tok.no_timestamps, *tokens, tok.eot])
+
+    def token_times(self, pieces: Sequence[Piece], n_samples: int, language: str,
+                    task: str = "transcribe") -> list[float]:
+        """When each text token of the window just decoded starts, then when its text ends, in
+        seconds from the window's start (`pieces.TokenTimes`)."""
+        tokens = [t for p in pieces for t in p.tokens]
+        a, prompt = self.bundle.audio, self.prompt(language, task)
+        return alignment.token_times(
+            self._text_scores(prompt, tokens), first_row=len(prompt), n_tokens=len(tokens),
+            positions=n_samples // a.hop_length // 2, seconds_per_position=a.seconds_per_position,
+            options=self.options).tolist()
+
     def words(self, pieces: Sequence[Piece], n_samples: int, language: str, task: str = "transcribe",
               offset: float = 0.0) -> list[tuple[Word, ...]]:
         """The words of each piece of the window just decoded, in seconds from `offset` (the
@@ -71,9 +87,8 @@ class WordAligner:
         tokens = [t for p in pieces for t in p.tokens]
         if not tokens:
             return [() for _ in pieces]
-        tok, a = self.bundle.tokens, self.bundle.audio
-        prompt = self.prompt(language, task)
-        scores = self.scores([*prompt, tok.no_timestamps, *tokens, tok.eot])
+        a, prompt = self.bundle.audio, self.prompt(language, task)
+        scores = self._text_scores(prompt, tokens)
         spans = alignment.word_timings(
             scores, first_row=len(prompt), tokens=tokens,
             probabilities=[math.exp(lp) for p in pieces for lp in p.logprobs],
