@@ -77,7 +77,7 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
     if decoder.drop_unspoken_words and bundle.has(ALIGN_ROLE):
         # only asked for when output.words made no aligner
-        engine.tail_aligner = functools.cache(
+        engine.judging_aligner = functools.cache(
             lambda: WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads))
     return engine
 

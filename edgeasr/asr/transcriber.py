@@ -109,11 +109,12 @@ class Transcriber:
         self.gate_failures: dict[str, int] = {}
         # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
         # greedy or sampled; beam.BeamDecoder has its signature), word timestamps for the
-        # transcripts (output.words), and an aligner to judge the words at the end of a window
-        # whose text runs to the end of its audio (made on first use: most windows never need it)
+        # transcripts (output.words), and, without those, a factory of the aligner that judges
+        # words by the audio under them (a window's closing words, a repeat inside a segment;
+        # made on first use: most windows never need it)
         self.decode: Callable[..., WindowResult] = decode_window
         self.aligner: WordAligner | None = None
-        self.tail_aligner: Callable[[], WordAligner] | None = None
+        self.judging_aligner: Callable[[], WordAligner] | None = None
 
     def feature_stream(self) -> MelStream:
         return MelStream(self.spec)
@@ -246,9 +247,7 @@ class Transcriber:
         sr = self.spec.sample_rate
         runs_to_end = (bool(pieces) and complete and offset > 0
                        and _end(pieces[-1], chunk, sr) > len(chunk) / sr - EDGE_S)
-        aligner = self.aligner
-        if aligner is None and runs_to_end and self.tail_aligner is not None:
-            aligner = self.tail_aligner()
+        aligner = self._judge() if runs_to_end else self.aligner
         if aligner is None:
             return pieces, [() for _ in pieces]
         t0 = time.monotonic()
@@ -313,17 +312,22 @@ class Transcriber:
     def _token_times(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult) -> TokenTimes | None:
         """The window's token times from the alignment heads, for the repeat rule; aligned at
         most once, and only if asked for (a repeat inside a segment), before the next decode."""
-        if self.aligner is None and self.tail_aligner is None:
+        if self.aligner is None and self.judging_aligner is None:
             return None
-        aligner, make = self.aligner, self.tail_aligner
 
         @functools.cache
         def times() -> Sequence[float]:
-            used = aligner if aligner is not None or make is None else make()
-            assert used is not None
-            return used.token_times(pieces, len(chunk), result.language, self.options.task)
+            aligner = self._judge()
+            assert aligner is not None
+            return aligner.token_times(pieces, len(chunk), result.language, self.options.task)
 
         return times
+
+    def _judge(self) -> WordAligner | None:
+        """The aligner for the rules that judge words by their audio (None: they are off)."""
+        if self.aligner is not None:
+            return self.aligner
+        return self.judging_aligner() if self.judging_aligner is not None else None
 
     def _stopped_early(self, result: WindowResult, pieces: list[Piece], chunk: np.ndarray) -> int | None:
         """Where to go on if the decoder opened a segment and stopped at once ("<6.26><6.26>"
