@@ -1,3 +1,8 @@
 """edgeasr: on-device speech-to-text for a Raspberry Pi 5 with a Hailo-8 NPU."""
 
-__version__ = "0.6.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("edgeasr")  # pyproject.toml's, as installed
+except PackageNotFoundError:  # a source tree run without installing it: no version to report
+    __version__ = "0+unknown"

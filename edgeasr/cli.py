@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "edgeasr.commands.devices",
     "edgeasr.commands.bench_wyoming",
     "edgeasr.commands.bench_decoder",
+    "edgeasr.commands.bench_streams",
+    "edgeasr.commands.bench_commands",
 )
 
 

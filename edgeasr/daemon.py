@@ -20,14 +20,26 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgeasr import __version__
 from edgeasr.bundle import Bundle
 from edgeasr.config import Config
 from edgeasr.errors import ConfigError, EdgeAsrError
 from edgeasr.reload import changed_keys, live_keys, with_live
-from edgeasr.stages import AudioSource, Publisher
+from edgeasr.stages import AudioSource, Notifier, Publisher
+
+if TYPE_CHECKING:  # built in build() and its helpers, imported there when needed
+    from edgeasr.asr.supervision import DeviceHealth
+    from edgeasr.asr.transcriber import Transcriber
+    from edgeasr.home.source import VocabularySource
+    from edgeasr.notify import Progress
+    from edgeasr.output.mqtt import MqttPublisher
+    from edgeasr.output.outbox import Outbox
+    from edgeasr.pipeline import Pipeline
+    from edgeasr.stages import Vocabulary
+    from edgeasr.worker import Worker
+    from edgeasr.wyoming.server import WyomingServer
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +74,8 @@ class Outputs:
     """Where transcripts go: the publishers, and the MQTT side when there is a broker."""
 
     publishers: list[Publisher]
-    mqtt: Any = None  # edgeasr.output.mqtt.MqttPublisher
-    outbox: Any = None  # edgeasr.output.outbox.Outbox
+    mqtt: MqttPublisher | None = None
+    outbox: Outbox | None = None
 
     def report_error(self, error: str, context: str, resolved: bool = False) -> None:
         if self.mqtt is not None:
@@ -84,13 +96,14 @@ def build_outputs(cfg: Config, model: str, backend: str) -> Outputs:
 
         outputs.outbox = Outbox.in_state_dir(cfg.state_dir, cfg.mqtt.outbox_max)
         outputs.mqtt = MqttPublisher(cfg.mqtt, device_id=cfg.device_id, outbox=outputs.outbox,
-                                     version=__version__, model=model, backend=backend)
+                                     version=__version__, model=model, backend=backend, intent=cfg.output.intent)
         outputs.publishers.append(outputs.mqtt)
     stdout = cfg.output.stdout if cfg.output.stdout is not None else not cfg.mqtt.host
     if stdout:
         from edgeasr.output.payload import StdoutPublisher
 
-        outputs.publishers.append(StdoutPublisher(device_id=cfg.device_id, model=model, backend=backend))
+        outputs.publishers.append(StdoutPublisher(device_id=cfg.device_id, model=model, backend=backend,
+                                                  intent=cfg.output.intent))
     return outputs
 
 
@@ -99,19 +112,32 @@ def languages(bundle: Bundle) -> list[str]:
     return sorted(bundle.tokens.languages) if bundle.multilingual else ["en"]
 
 
+def engine_for(cfg: Config, bundle: Bundle, words: bool = False) -> Transcriber:
+    """The engine as the daemon hears with it: the configured decoding, the segmenter's pause
+    rule for long audio, and the home's sentences where they are installed. `edgeasr
+    transcribe` and `bench-commands` build theirs here too, so that they hear as it does."""
+    from edgeasr.asr.engine import build_engine
+    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.home.sentences import sentences_for_engine
+
+    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad), words=words)
+    engine.sentences = sentences_for_engine(cfg)
+    return engine
+
+
 def build(cfg: Config, bundle: Bundle) -> Daemon:
     """Every collaborator of the daemon, built from the configuration."""
-    from edgeasr.asr.engine import build_engine
     from edgeasr.audio.clock import StreamClock
-    from edgeasr.audio.segmenter import PauseFinder, Segmenter
+    from edgeasr.audio.segmenter import Segmenter
+    from edgeasr.home.source import VocabularySource
     from edgeasr.notify import Progress, SystemdNotifier
     from edgeasr.pipeline import Pipeline
     from edgeasr.worker import Worker
 
     notifier = SystemdNotifier()
     notifier.status("loading the model")
-    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
-                          words=cfg.output.words)
+    vocabulary = VocabularySource.from_config(cfg)  # a bad home file fails here, before READY
+    engine = engine_for(cfg, bundle, words=cfg.output.words)
     backend = engine.encoder.backend
     outputs = build_outputs(cfg, bundle.name, backend)
     capture = cfg.input.source != "none"
@@ -122,17 +148,18 @@ def build(cfg: Config, bundle: Bundle) -> Daemon:
         live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
         pipeline = Pipeline(open_source(cfg), Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), worker,
                             outputs.publishers, cfg.pipeline, live=live, log_transcripts=cfg.log.transcripts,
-                            progress=progress.mark, report_error=outputs.report_error)
+                            progress=progress.mark, report_error=outputs.report_error,
+                            vocabulary=vocabulary.current)
     server = None
     if cfg.wyoming.uri:
-        server = build_wyoming(cfg, bundle, worker, lambda: progress.mark("wyoming"))
+        server = build_wyoming(cfg, bundle, worker, lambda: progress.mark("wyoming"), vocabulary.current)
     if outputs.mqtt is not None:  # the publisher sends these every mqtt.metrics_interval_s
         outputs.mqtt.metrics = lambda: metrics(engine, worker, pipeline, server)
     return Daemon(cfg, engine=engine, worker=worker, pipeline=pipeline, server=server, outputs=outputs,
-                  notifier=notifier, progress=progress, model=bundle.name, backend=backend)
+                  notifier=notifier, progress=progress, model=bundle.name, backend=backend, vocabulary=vocabulary)
 
 
-def metrics(engine: Any, worker: Any, pipeline: Any, server: Any) -> dict:
+def metrics(engine: Transcriber, worker: Worker, pipeline: Pipeline | None, server: WyomingServer | None) -> dict:
     """The /metrics message's counters: every front end's, the worker's and the device's."""
     from edgeasr.asr.supervision import encoder_health
 
@@ -144,7 +171,8 @@ def metrics(engine: Any, worker: Any, pipeline: Any, server: Any) -> dict:
     return out
 
 
-def build_wyoming(cfg: Config, bundle: Bundle, worker: Any, progress: Callable[[], None]) -> Any:
+def build_wyoming(cfg: Config, bundle: Bundle, worker: Worker, progress: Callable[[], None],
+                  vocabulary: Callable[[], Vocabulary]) -> WyomingServer:
     try:
         from edgeasr.wyoming.server import Service, WyomingServer
         from edgeasr.wyoming.session import SessionOptions
@@ -158,16 +186,17 @@ def build_wyoming(cfg: Config, bundle: Bundle, worker: Any, progress: Callable[[
     service = Service(model=bundle.name, languages=languages(bundle), version=__version__)
     session = SessionOptions(window_s=bundle.audio.window_s, max_audio_s=cfg.wyoming.max_audio_s,
                              partial_interval_ms=cfg.pipeline.partial_interval_ms,
-                             speculate_after_ms=cfg.pipeline.speculate_after_ms, frame_ms=cfg.vad.frame_ms)
+                             speculate_after_ms=cfg.pipeline.speculate_after_ms, frame_ms=cfg.vad.frame_ms,
+                             endpoint_ms=cfg.wyoming.endpoint_ms)
     return WyomingServer(cfg.wyoming, worker, service, session,
-                         lambda: make_detector(cfg.vad), progress=progress)
+                         lambda: make_detector(cfg.vad), progress=progress, vocabulary=vocabulary)
 
 
 class Liveness:
     """What the watchdog asks: every stage made progress, and the encoder device has not
     failed for good (a failed device's windows fail at once, which would count as progress)."""
 
-    def __init__(self, progress: Any, engine: Any) -> None:
+    def __init__(self, progress: Progress, engine: Transcriber) -> None:
         self.progress, self.engine = progress, engine
         self.stalled: tuple[str, ...] = ()
 
@@ -187,20 +216,21 @@ class Daemon:
     """Runs the worker and the front ends, handles signals and talks to the service manager."""
 
     cfg: Config
-    engine: Any  # edgeasr.asr.transcriber.Transcriber
-    worker: Any  # edgeasr.worker.Worker
-    pipeline: Any  # edgeasr.pipeline.Pipeline, or None without local capture
-    server: Any  # edgeasr.wyoming.server.WyomingServer, or None
+    engine: Transcriber
+    worker: Worker
+    pipeline: Pipeline | None  # None without local capture (input.source: none)
+    server: WyomingServer | None  # None without wyoming.uri
     outputs: Outputs
-    notifier: Any  # edgeasr.notify.SystemdNotifier
-    progress: Any  # edgeasr.notify.Progress
+    notifier: Notifier
+    progress: Progress
     model: str
     backend: str
+    vocabulary: VocabularySource  # the home's names: the config's and Home Assistant's
     # re-reads the config file on SIGHUP (None: reloading is not possible)
     reload_config: Callable[[], Config] | None = None
     _reload: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _health: Any = None  # the encoder device's health, as last seen
+    _health: DeviceHealth | None = None  # the encoder device's health, as last seen
     _failure: EdgeAsrError | None = None  # why the daemon stops on its own
     _activity: str = "listening"  # what the front end says it does
     _sent_status: str = ""
@@ -223,8 +253,9 @@ class Daemon:
             runner.start()
         log.info("edgeasr %s: model %s on %s, input %s%s", __version__, self.model, self.backend,
                  self.cfg.input.source, f", Wyoming on {self.cfg.wyoming.uri}" if self.server else "")
-        while runner is not None and runner.is_alive() and not pipeline.wait_for_audio(0.5):
-            pass
+        if pipeline is not None and runner is not None:  # READY once audio arrives (or the input ended)
+            while runner.is_alive() and not pipeline.wait_for_audio(0.5):
+                pass
         self._sent_status = self._status()
         notifier.ready(self._sent_status)
         watchdog.start()
@@ -245,6 +276,7 @@ class Daemon:
         if not self.worker.stop(deadline if self._stop.is_set() else None):
             log.warning("stop deadline (%.0f s) passed with speech still queued", deadline)
         self._watch_device()  # the last segments may have been what broke it
+        self.vocabulary.close()
         watchdog.stop()  # first: no ping may follow STOPPING=1
         notifier.stopping()
         self.outputs.close(deadline)
@@ -342,6 +374,10 @@ class Daemon:
         self.cfg = with_live(self.cfg, new)
         logging.getLogger().setLevel(self.cfg.log.level)
         reconfigure(self.engine, self.cfg.model, self.cfg.decoder)
+        try:  # the home file may have changed though no key did
+            self.vocabulary.reload(self.cfg.vocabulary)
+        except EdgeAsrError as exc:
+            log.error("SIGHUP: keeping the running vocabulary: %s", exc)
         if self.pipeline is not None:  # none when only Wyoming listens (input.source: none)
             self.pipeline.log_transcripts = self.cfg.log.transcripts
         applied = [k for k in changed if k in live]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from edgeasr.errors import ToolMissingError
+from edgeasr.stages import Notifier
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class Watchdog:
 
     def __init__(
         self,
-        notifier: SystemdNotifier,
+        notifier: Notifier,
         progress: Callable[[], bool],
         environ: Mapping[str, str] = os.environ,
     ) -> None:

@@ -15,9 +15,19 @@ While someone speaks into a live source:
   decode later; if speech resumes, the speculation is thrown away.
 
 A segment cut at the window limit while speech goes on leaves its unfinished tail to the next
-segment, which is decoded after it with the text before it as prompt (`_Carry`). Jobs run one
-at a time on the worker thread, so the state they share (that carry, the speculation) needs no
-lock.
+segment, which is decoded after it with the text before it as prompt (`_Carry`).
+
+Threads. Each piece of state has one owner, and what crosses goes inside a job, through the
+lane (whose lock orders the hand-off):
+- the capture thread (`run`) owns the segmenter, the open segment's features, the utterance
+  ids (a job is handed the id it publishes under), when the next partial is due, the current
+  speculation (it only cancels that job, never reads its result) and the last partial job
+  offered (cancelled once its segment's final is queued);
+- the worker thread, in the jobs, owns the carried tail, a speculation's result (written by
+  its job, read by the final job after it) and `stats`, but `stats.speculations`, counted
+  when the capture thread starts one. The worker runs one job at a time: no lock.
+Others only read counters (`metrics`, any thread) or set flags (`request_stop`,
+`log_transcripts` on SIGHUP).
 """
 
 from __future__ import annotations
@@ -31,14 +41,25 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from edgeasr.config import PipelineConfig
 from edgeasr.errors import EdgeAsrError
-from edgeasr.stages import SAMPLE_RATE, AudioSource, Publisher, SpeechSegment, Transcript, Transcription
-from edgeasr.worker import Job, Overflow, Worker
+from edgeasr.speech_end import decode_until
+from edgeasr.stages import (
+    SAMPLE_RATE,
+    AudioSource,
+    Engine,
+    OpenSegment,
+    Publisher,
+    Segmenter,
+    SpeechSegment,
+    Transcript,
+    Transcription,
+    Vocabulary,
+)
+from edgeasr.worker import Job, LaneFull, Overflow, Worker
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +75,20 @@ class Stats:
     empty: int = 0  # segments that gave no text (noise, gates)
     failures: int = 0  # segments the engine raised on (each reported)
     partials: int = 0  # partial results published
-    speculations: int = 0  # speculative decodes started
+    speculations: int = 0  # speculative decodes started (the capture thread counts them)
     speculation_hits: int = 0  # ... whose result became the transcript
     audio_s: float = 0.0
     busy_s: float = 0.0
     latencies_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LATENCY_WINDOW))
+
+
+@dataclass(frozen=True)
+class _Utterance:
+    """What a segment's messages carry (the id of its partial results and its transcript) and
+    the vocabulary it is heard with, both fixed when its speech begins."""
+
+    id: str
+    vocabulary: Vocabulary
 
 
 @dataclass(frozen=True)
@@ -70,28 +100,40 @@ class _Carry:
     context: tuple[int, ...]  # the text before it (Transcription.context): the next call's prompt
 
 
+@dataclass(frozen=True)
+class _Decoded:
+    """A speculation's result, set by its job on the worker thread."""
+
+    result: Transcription
+    busy_s: float
+    samples: int  # the audio it read (with a carried tail): the final must read the same
+
+
 @dataclass
 class _Speculation:
+    """A decode of the open segment taken in a pause. The capture thread makes it and may
+    cancel its job; only the worker thread writes and reads `decoded`."""
+
     seq: int
     speech_frames: int  # the segment's speech when it was taken: more means it is stale
     job: Job
-    result: Transcription | None = None
-    samples: int = 0  # audio it decoded (carry included)
-    busy_s: float = 0.0
+    decoded: _Decoded | None = None
 
 
 class Pipeline:
-    def __init__(self, source: AudioSource, segmenter: Any, worker: Worker, publishers: list[Publisher],
+    def __init__(self, source: AudioSource, segmenter: Segmenter, worker: Worker, publishers: list[Publisher],
                  options: PipelineConfig, *, live: bool, log_transcripts: bool = False,
                  progress: Callable[[str], None] = lambda stage: None,
                  status: Callable[[str], None] = lambda text: None,
                  report_error: Callable[[str, str], None] = lambda error, context: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 vocabulary: Callable[[], Vocabulary] = Vocabulary) -> None:
         """live: a microphone (or a file read at real time): partial results and speculative
         decoding are on, and when inference falls behind the oldest queued speech is dropped;
         otherwise capture waits and every segment is decoded once. clock: when partial results
-        are due (the monotonic clock; tests pass the stream position)."""
-        self.clock = clock
+        are due (the monotonic clock; tests pass the stream position). vocabulary: the home's names
+        and terms as they are now (each segment is heard with those it began with)."""
+        self.clock, self.vocabulary = clock, vocabulary
         self.source, self.segmenter, self.worker = source, segmenter, worker
         self.publishers, self.options = publishers, options
         self.live, self.log_transcripts = live, log_transcripts
@@ -101,17 +143,19 @@ class Pipeline:
         self.stop_event = threading.Event()
         self.error: EdgeAsrError | None = None
         self._first_audio = threading.Event()
-        self._ids: dict[int, str] = {}  # segment seq -> the utterance id its messages carry
+        # capture thread
+        self._ids: dict[int, _Utterance] = {}  # segment seq -> the id its messages carry, its vocabulary
         self._open_seq: int | None = None  # the segment being built, as last seen
-        self._last_final_seq = -1  # the last segment handed to the worker as final
         self._dropped_short = 0  # the segmenter's count, as last seen
         self._partial_due = 0.0
-        self._speculation: _Speculation | None = None  # set by the capture thread, run by jobs
-        self._carry: _Carry | None = None  # worker thread only
-        # the open segment's log-mel, computed on this thread as its audio arrives, so that a
-        # partial job does not compute it again on the worker's
+        self._partial_job: tuple[int, Job] | None = None  # the last partial offered, with its seq
+        self._speculation: _Speculation | None = None  # taken in the open segment's pause
+        # the open segment's log-mel, computed as its audio arrives, so that a partial job
+        # does not compute it again on the worker's thread
         self._features = worker.engine.feature_stream() if live and options.partial_interval_ms else None
         self._fed = 0  # samples of the open segment pushed into _features
+        # worker thread
+        self._carry: _Carry | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def request_stop(self) -> None:
@@ -147,14 +191,17 @@ class Pipeline:
                 self._while_speaking()
 
     # ------------------------------------------------------------------ capture thread
-    def _utterance_id(self, seq: int) -> str:
+    def _utterance_id(self, seq: int) -> _Utterance:
         if seq not in self._ids:
-            self._ids[seq] = str(uuid.uuid4())
+            self._ids[seq] = _Utterance(str(uuid.uuid4()), self.vocabulary())
         return self._ids[seq]
 
     def _enqueue(self, segment: SpeechSegment) -> None:
-        self._utterance_id(segment.seq)
-        self._last_final_seq = segment.seq  # partial results of it or before are stale now
+        utterance = self._utterance_id(segment.seq)
+        del self._ids[segment.seq]  # its final is the last message under that id
+        if self._partial_job is not None and self._partial_job[0] <= segment.seq:
+            self._partial_job[1].cancel()  # not run yet: the final says it all
+            self._partial_job = None
         speculation = self._speculation
         unfinished = segment.cut and not segment.cut_in_pause  # decoded as not final
         if speculation is not None and (unfinished or speculation.seq != segment.seq
@@ -164,7 +211,7 @@ class Pipeline:
             speculation.job.cancel()  # speech went on after it: stale
             speculation = None
         self._speculation = None
-        job = Job(lambda engine, should_stop: self._final(engine, should_stop, segment, speculation),
+        job = Job(lambda engine, should_stop: self._final(engine, segment, utterance, speculation),
                   segment.duration_s, failed=lambda exc: self._failed(segment, exc))
         self.lane.submit(job, stop=None if self.live else self.stop_event)
 
@@ -192,12 +239,9 @@ class Pipeline:
         now = self.clock()
         if interval and now >= self._partial_due and open_segment.silence_ms == 0:
             self._partial_due = now + interval / 1000
-            snapshot = dataclasses.replace(open_segment, samples=open_segment.samples.copy())
-            mel = self._features.window() if self._features is not None else None
-            self.lane.offer_partial(Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot, mel),
-                                        len(snapshot.samples) / SAMPLE_RATE, partial=True))
+            self._offer_partial(open_segment)
 
-    def _track(self, open_segment: Any) -> None:
+    def _track(self, open_segment: OpenSegment | None) -> None:
         """New speech: its first partial comes an interval later. Speech too short to keep:
         forget the id its partial results carried."""
         seq = open_segment.seq if open_segment is not None else None
@@ -212,90 +256,115 @@ class Pipeline:
             self._ids.pop(self._open_seq, None)
         self._open_seq, self._dropped_short = seq, dropped
 
-    def _speculate(self, open_segment: Any) -> None:
+    def _offer_partial(self, open_segment: OpenSegment) -> None:
+        snapshot = dataclasses.replace(open_segment, samples=open_segment.samples.copy())
+        mel = self._features.window() if self._features is not None else None
+        utterance = self._utterance_id(snapshot.seq)
+        job = Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot, utterance, mel),
+                  len(snapshot.samples) / SAMPLE_RATE, partial=True)
+        self._partial_job = (snapshot.seq, job)
+        self.lane.offer_partial(job)
+
+    def _speculate(self, open_segment: OpenSegment) -> None:
+        audio = self._heard(open_segment.samples, open_segment.start_sample, open_segment.speech_end_sample).copy()
+        start_sample = open_segment.start_sample
+        vocabulary = self._utterance_id(open_segment.seq).vocabulary
         speculation = _Speculation(open_segment.seq, open_segment.speech_frames, Job(lambda e, s: None, 0.0))
-        audio = open_segment.samples.copy()
-
-        def run(engine: Any, should_stop: Callable[[], bool]) -> None:
-            t0 = time.monotonic()
-            samples, prompt = self._with_carry(audio, open_segment.start_sample)
-            speculation.result = engine.transcribe(samples, final=True, should_stop=should_stop, prompt=prompt)
-            speculation.samples, speculation.busy_s = len(samples), time.monotonic() - t0
-
-        speculation.job = Job(run, len(audio) / SAMPLE_RATE)
+        speculation.job = Job(lambda engine, should_stop: self._decode_speculation(engine, should_stop, speculation,
+                                                                                   audio, start_sample, vocabulary),
+                              len(audio) / SAMPLE_RATE)
         self._speculation = speculation
         self.stats.speculations += 1
         self.lane.submit(speculation.job, stop=None)
 
     def _failed(self, segment: SpeechSegment, exc: Exception) -> None:
-        from edgeasr.worker import LaneFull
-
-        if isinstance(exc, LaneFull):
+        if isinstance(exc, LaneFull):  # on the capture thread, from submit()
             log.warning("inference is behind: dropped %.1f s of queued speech (%d dropped so far)",
                         segment.duration_s, self.lane.dropped)
             self.report_error("inference behind: queued speech dropped",
                               f"{segment.duration_s:.1f} s from {segment.start_utc.isoformat()}")
             return
-        self.stats.failures += 1
+        self.stats.failures += 1  # on the worker thread: the engine raised
         self.report_error(f"transcription failed: {exc}", segment.start_utc.isoformat())
 
-    # ------------------------------------------------------------------ worker thread
-    def _carried(self, start_sample: int) -> _Carry | None:
-        """The carried tail that audio starting at `start_sample` continues, if any."""
-        carry = self._carry
-        return carry if carry is not None and carry.segment.end_sample == start_sample else None
+    def _heard(self, samples: np.ndarray, start_sample: int, speech_end_sample: int) -> np.ndarray:
+        """What the decode of a segment ended by a pause reads: what a speculation taken in
+        that pause holds (speech_end.decode_until), so the transcript is the same text whether
+        the speculation was ready in time or not."""
+        speech_end = speech_end_sample - start_sample if speech_end_sample else 0
+        return samples[: decode_until(samples, speech_end, self.options.speculate_after_ms)]
 
-    def _with_carry(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, tuple[int, ...]]:
-        """float32 audio, with the unfinished tail of the cut window before it prepended, and
-        the prompt to decode it with (the text before that tail)."""
+    # ------------------------------------------------------------------ worker thread (jobs)
+    def _with_carry(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, tuple[int, ...], _Carry | None]:
+        """float32 audio, with the carried tail before it when it continues that tail; the
+        prompt to decode it with (the text before the tail); the tail prepended, if any."""
         audio = samples.astype(np.float32) / INT16_SCALE
-        carry = self._carried(start_sample)
-        return (np.concatenate([carry.audio, audio]), carry.context) if carry is not None else (audio, ())
+        carry = self._carry
+        if carry is None or carry.segment.end_sample != start_sample:
+            return audio, (), None
+        return np.concatenate([carry.audio, audio]), carry.context, carry
 
-    def _final(self, engine: Any, should_stop: Callable[[], bool], segment: SpeechSegment,
+    def _decode_speculation(self, engine: Engine, should_stop: Callable[[], bool], speculation: _Speculation,
+                            samples: np.ndarray, start_sample: int, vocabulary: Vocabulary) -> None:
+        t0 = time.monotonic()
+        audio, prompt, _ = self._with_carry(samples, start_sample)
+        result = engine.transcribe(audio, final=True, should_stop=should_stop, prompt=prompt, vocabulary=vocabulary)
+        speculation.decoded = _Decoded(result, time.monotonic() - t0, len(audio))
+
+    def _final(self, engine: Engine, segment: SpeechSegment, utterance: _Utterance,
                speculation: _Speculation | None) -> None:
         self.status("transcribing")
-        carry = self._carried(segment.start_sample)
-        audio, prompt = self._with_carry(segment.samples, segment.start_sample)
-        if carry is not None:
+        samples = segment.samples if segment.cut else self._heard(segment.samples, segment.start_sample,
+                                                                  segment.speech_end_sample)
+        audio, prompt, carry = self._with_carry(samples, segment.start_sample)
+        self._carry = None  # taken: a final consumes the tail it continues, or ends its run
+        if carry is not None:  # the transcript covers the tail too
             segment = dataclasses.replace(segment, start_sample=carry.segment.start_sample,
                                           start_utc=carry.segment.start_utc)
-        self._carry = None
-        t0 = time.monotonic()
-        if speculation is not None and speculation.result is not None:
-            result, busy = speculation.result, speculation.busy_s  # decoded during the hangover
-            self.stats.speculation_hits += 1
-        else:
-            log.debug("segment %d decoded at its end (speculation: %s)", segment.seq,
-                      "none" if speculation is None else "not ready" if not speculation.job.cancelled.is_set()
-                      else "cancelled")
-            if speculation is not None:
-                speculation.job.cancel()
-            # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
-            result = engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause, prompt=prompt)
-            busy = time.monotonic() - t0
+        result, busy = self._final_result(engine, segment, audio, prompt, speculation, utterance.vocabulary)
         self.stats.segments += 1
         self.stats.audio_s += len(audio) / SAMPLE_RATE
         self.stats.busy_s += busy
         if segment.cut and result.consumed_samples < len(audio):
-            # the unfinished tail goes in front of the next (contiguous) segment
-            start = segment.start_sample + result.consumed_samples
-            tail = dataclasses.replace(segment, start_sample=start,
-                                       start_utc=segment.start_utc + _seconds(result.consumed_samples))
-            self._carry = _Carry(audio[result.consumed_samples:], tail, result.context)
-            segment = dataclasses.replace(segment, end_sample=start, end_utc=tail.start_utc)
-        self._publish(segment, result, busy, partial=False)
+            segment = self._keep_tail(segment, audio, result)
+        self._publish(segment, utterance, result, busy, partial=False)
         self.status("listening")
 
-    def _partial(self, engine: Any, should_stop: Callable[[], bool], open_segment: Any,
-                 mel: np.ndarray | None) -> None:
-        if open_segment.seq <= self._last_final_seq:
-            return  # its segment was closed meanwhile: the final says it all
+    def _final_result(self, engine: Engine, segment: SpeechSegment, audio: np.ndarray, prompt: tuple[int, ...],
+                      speculation: _Speculation | None, vocabulary: Vocabulary) -> tuple[Transcription, float]:
+        """The speculation's result when it read the audio a decode now would, else a decode
+        now; and the engine time it took."""
+        if speculation is not None and speculation.decoded is not None and speculation.decoded.samples == len(audio):
+            self.stats.speculation_hits += 1  # decoded during the hangover
+            return speculation.decoded.result, speculation.decoded.busy_s
+        log.debug("segment %d decoded at its end (speculation: %s)", segment.seq,
+                  "none" if speculation is None else "not ready" if not speculation.job.cancelled.is_set()
+                  else "cancelled")
+        if speculation is not None:
+            speculation.job.cancel()
         t0 = time.monotonic()
-        audio, prompt = self._with_carry(open_segment.samples, open_segment.start_sample)
-        if len(audio) != len(open_segment.samples):
+        # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
+        result = engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause, prompt=prompt,
+                                   vocabulary=vocabulary)
+        return result, time.monotonic() - t0
+
+    def _keep_tail(self, segment: SpeechSegment, audio: np.ndarray, result: Transcription) -> SpeechSegment:
+        """Carry the audio the result left unconsumed to the next (contiguous) segment; returns
+        the segment the transcript covers, which ends where that tail starts."""
+        start = segment.start_sample + result.consumed_samples
+        tail = dataclasses.replace(segment, start_sample=start,
+                                   start_utc=segment.start_utc + _seconds(result.consumed_samples))
+        self._carry = _Carry(audio[result.consumed_samples :], tail, result.context)
+        return dataclasses.replace(segment, end_sample=start, end_utc=tail.start_utc)
+
+    def _partial(self, engine: Engine, should_stop: Callable[[], bool], open_segment: OpenSegment, utterance: _Utterance,
+                 mel: np.ndarray | None) -> None:
+        t0 = time.monotonic()
+        audio, prompt, carry = self._with_carry(open_segment.samples, open_segment.start_sample)
+        if carry is not None:
             mel = None  # a carried tail goes first: the features computed are not this audio's
-        result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel, prompt=prompt)
+        result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel, prompt=prompt,
+                                   vocabulary=utterance.vocabulary)
         n = len(open_segment.samples)
         segment = SpeechSegment(samples=open_segment.samples, start_sample=open_segment.start_sample,
                                 end_sample=open_segment.start_sample + n,
@@ -303,22 +372,20 @@ class Pipeline:
                                 end_utc=self.segmenter.clock.utc(open_segment.start_sample + n),
                                 speech_end_mono=open_segment.speech_end_mono, seq=open_segment.seq,
                                 speech_frames=open_segment.speech_frames)
-        self._publish(segment, result, time.monotonic() - t0, partial=True)
+        self._publish(segment, utterance, result, time.monotonic() - t0, partial=True)
 
-    def _publish(self, segment: SpeechSegment, result: Transcription, busy_s: float, partial: bool) -> None:
+    def _publish(self, segment: SpeechSegment, utterance: _Utterance, result: Transcription, busy_s: float,
+                 partial: bool) -> None:
         if not result.text:
             if not partial:
                 self.stats.empty += 1
-                self._ids.pop(segment.seq, None)
             return
-        utterance = self._utterance_id(segment.seq)
-        transcript = Transcript(utterance, segment, result, busy_s * 1e3, partial=partial)
+        transcript = Transcript(utterance.id, segment, result, busy_s * 1e3, partial=partial)
         for publisher in self.publishers:
             publisher.publish(transcript)
         if partial:
             self.stats.partials += 1
             return
-        self._ids.pop(segment.seq, None)
         latency = (time.monotonic() - segment.speech_end_mono) * 1e3
         self.stats.transcripts += 1
         self.stats.latencies_ms.append(latency)
@@ -351,6 +418,7 @@ def _seconds(samples: int) -> dt.timedelta:
     return dt.timedelta(seconds=samples / SAMPLE_RATE)
 
 
-def _counters(source: Any) -> dict:
+def _counters(source: AudioSource) -> dict:
+    """A source's counters, for the sources that keep them (the microphone's overflows)."""
     counters = getattr(source, "counters", None)
     return dataclasses.asdict(counters) if counters is not None else {}

@@ -1,15 +1,16 @@
 """The contract between pipeline stages: small frozen dataclasses and Protocols.
 
-Audio flows  capture/sources -> AudioChunk -> segmenter -> SpeechSegment -> transcriber
--> Transcription -> Transcript -> payload -> outbox -> mqtt.  Everything after capture is mono
-16 kHz; `SAMPLE_RATE` is the one place that number lives for the pipeline (the model
-bundle's manifest carries the same value for the engine and is checked against it).
+Audio flows  capture/sources -> AudioChunk -> segmenter -> SpeechSegment (and, while speech
+goes on, OpenSegment) -> transcriber -> Transcription -> Transcript -> payload -> outbox -> mqtt.
+Everything after capture is mono 16 kHz; `SAMPLE_RATE` is the one place that number lives for
+the pipeline (the model bundle's manifest carries the same value for the engine and is
+checked against it). docs/architecture.md draws the seams.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,10 +42,31 @@ class SpeechSegment:
     cut_in_pause: bool = False  # ... and cut in a pause the VAD found: no word spans the cut
     seq: int = 0  # segment number in this stream
     speech_frames: int = 0  # VAD frames judged speech in it
+    speech_end_sample: int = 0  # stream sample where its last speech frame ends (0: none)
 
     @property
     def duration_s(self) -> float:
         return (self.end_sample - self.start_sample) / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class OpenSegment:
+    """The segment being built: speech has begun and it is neither closed nor cut yet."""
+
+    seq: int  # the seq it will carry when emitted
+    start_sample: int
+    samples: np.ndarray  # int16: what it holds so far (a copy, or a view valid until the next push)
+    speech_frames: int  # grows only while someone speaks: unchanged means no new speech
+    silence_ms: int  # non-speech at its end so far
+    speech_end_mono: float  # capture time of its last speech frame
+    speech_end_sample: int = 0  # stream sample where its last speech frame ends (0: none)
+
+
+@dataclass
+class SegmenterCounters:
+    segments: int = 0  # emitted
+    dropped_short: int = 0  # closed with too little speech
+    cuts: int = 0  # cut at the window limit while speech went on
 
 
 @dataclass(frozen=True)
@@ -92,6 +114,8 @@ class Transcription:
     # the text tokens kept, the last a prompt holds: the `prompt` of the call that decodes
     # the audio after consumed_samples
     context: tuple[int, ...] = ()
+    # what the text asks of the home, when it is one of the home's sentences (a vocabulary given)
+    intent: Intent | None = None
 
     @property
     def avg_logprob(self) -> float:
@@ -103,6 +127,78 @@ class Transcription:
     @property
     def no_speech_prob(self) -> float:
         return max((s.no_speech_prob for s in self.segments), default=0.0)
+
+
+@dataclass(frozen=True)
+class HomeName:
+    """A name a command may say: an entity's, an area's or a floor's, with its aliases; or a
+    plain name whose role is not known (Wyoming's `transcript_names`): it then stands for an
+    entity or an area alike."""
+
+    name: str
+    kind: str  # "entity", "area", "floor" or "name" (role unknown)
+    domain: str | None = None  # an entity's domain (light, switch, climate, ...)
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def spoken(self) -> tuple[str, ...]:
+        """Every way to say it: its name, then its aliases."""
+        return (self.name, *self.aliases)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The words one request should be heard with: the home's names and other terms (from
+    the config's `vocabulary`, Home Assistant and the Wyoming request, merged). Empty: decode
+    as if there were none. It travels whole through the stage seams, frozen."""
+
+    names: tuple[HomeName, ...] = ()
+    terms: tuple[str, ...] = ()
+    language: str | None = None  # the home's language (Home Assistant's sentences)
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.terms)
+
+    def merged(self, other: Vocabulary) -> Vocabulary:
+        """Both vocabularies' names and terms, this one's first, each once (case folded)."""
+        names: dict[tuple[str, str], HomeName] = {}
+        for n in (*self.names, *other.names):
+            names.setdefault((n.kind, n.name.casefold()), n)
+        terms: dict[str, str] = {}
+        for t in (*self.terms, *other.terms):
+            terms.setdefault(t.casefold(), t)
+        return Vocabulary(tuple(names.values()), tuple(terms.values()), self.language or other.language)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What a transcript asks of the home, as Home Assistant's matcher (hassil) reads it."""
+
+    name: str  # HassTurnOn, HassStartTimer, ...
+    slots: tuple[tuple[str, str], ...] = ()  # (slot, value) in the matcher's order, e.g. (("name", "Lamp"),)
+
+
+@dataclass(frozen=True)
+class WordGraph:
+    """A home's sentences as a graph of words (Home Assistant's templates with the home's names):
+    a sentence is a path from `start` to a final state. An arc is labelled by what is said
+    along it: a word or a whole name, NUMBER (digits), or None (nothing). What the engine's
+    grammar-constrained decoding walks (asr/grammar.py)."""
+
+    NUMBER = "<number>"
+
+    start: int
+    arcs: Mapping[int, tuple[tuple[str | None, int], ...]]
+    finals: frozenset[int]
+
+
+class Sentences(Protocol):
+    """A home's sentences (edgeasr.home.sentences): what a text asks, and all of them as a graph
+    of words, for the engine to hold a decoding to."""
+
+    def recognize(self, text: str) -> Intent | None: ...
+
+    def graph(self) -> WordGraph: ...
 
 
 @dataclass(frozen=True)
@@ -135,6 +231,32 @@ class SpeechDetector(Protocol):
     def is_speech(self, frame: np.ndarray) -> bool: ...
 
 
+class StreamClock(Protocol):
+    """Stream samples -> wall clock (audio.clock.StreamClock)."""
+
+    def utc(self, sample: int) -> dt.datetime: ...
+
+
+class Segmenter(Protocol):
+    """AudioChunks in, SpeechSegments out (audio.segmenter.Segmenter); no I/O."""
+
+    def push(self, chunk: AudioChunk) -> list[SpeechSegment]:
+        """Feed audio in stream order; returns the segments it completed."""
+
+    def flush(self) -> list[SpeechSegment]:
+        """End of stream: the open segment, closed."""
+
+    def open_segment(self, copy: bool = True) -> OpenSegment | None:
+        """The segment being built, or None while no one speaks. copy=False: its samples are
+        a view, valid until the next push()."""
+
+    @property
+    def counters(self) -> SegmenterCounters: ...
+
+    @property
+    def clock(self) -> StreamClock: ...
+
+
 class FeatureStream(Protocol):
     """The engine's features computed while audio arrives (asr.features.MelStream)."""
 
@@ -151,13 +273,14 @@ class Engine(Protocol):
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),
-                   max_windows: int | None = None) -> Transcription:
+                   max_windows: int | None = None, vocabulary: Vocabulary = Vocabulary()) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
         the unconsumed tail (after the last complete timestamp) is left for the next call.
         should_stop() is asked between decoded tokens; yes raises errors.Cancelled.
         features: the audio's log-mel from feature_stream(), when it fits one window.
         prompt: the `context` of the call that decoded the audio just before. max_windows:
-        decode at most that many windows, leaving the rest unconsumed."""
+        decode at most that many windows, leaving the rest unconsumed. vocabulary: the home's
+        names and terms to hear this request with."""
 
     def feature_stream(self) -> FeatureStream:
         """A stream that computes the features of one window while its audio arrives."""
@@ -172,6 +295,21 @@ class Publisher(Protocol):
 
 
 class Notifier(Protocol):
-    """The service manager (systemd's sd_notify; a no-op outside systemd)."""
+    """The service manager (notify.SystemdNotifier: sd_notify; a no-op outside systemd)."""
 
-    def notify(self, state: str) -> None: ...
+    @property
+    def enabled(self) -> bool:
+        """True when a service manager listens (only then is there a watchdog to ping)."""
+
+    @property
+    def last_status(self) -> str:
+        """The last STATUS= text sent."""
+
+    def notify(self, state: str) -> None:
+        """Send sd_notify assignments (READY=1, WATCHDOG=1, ...), one per line."""
+
+    def ready(self, status: str) -> None: ...
+
+    def status(self, text: str) -> None: ...
+
+    def stopping(self, status: str = ...) -> None: ...

@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from edgeasr.errors import Cancelled
+from edgeasr.stages import Engine
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Job:
     """Work for the engine. `run(engine, should_stop)` is called on the worker thread; a long
     decode calls should_stop() between tokens and raises errors.Cancelled when it is true."""
 
-    run: Callable[[Any, Callable[[], bool]], None]
+    run: Callable[[Engine, Callable[[], bool]], None]
     seconds: float  # audio it covers: what the lane's bound counts
     partial: bool = False
     # called on the worker thread when run() raised (not for Cancelled), or when the job is
@@ -59,8 +59,8 @@ class Job:
 class WorkerStats:
     finals: int = 0
     partials: int = 0
-    partials_skipped: int = 0  # replaced before they ran, or stopped for a final
-    cancelled: int = 0
+    partials_skipped: int = 0  # replaced or cancelled before they ran, or stopped for a final
+    cancelled: int = 0  # finals cancelled (their front end went away, a speculation went stale)
     failures: int = 0
     busy_s: float = 0.0
 
@@ -143,7 +143,7 @@ class Lane:
 class Worker:
     """Runs jobs on `engine` in one thread (`start`/`stop`), marking `progress` each loop."""
 
-    def __init__(self, engine: Any, progress: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, engine: Engine, progress: Callable[[], None] = lambda: None) -> None:
         self.engine = engine
         self.progress = progress
         self.cond = threading.Condition()
@@ -151,7 +151,6 @@ class Worker:
         self._lanes: list[Lane] = []
         self._turn = itertools.count()
         self._stopping = False
-        self._running: Job | None = None
         self._thread = threading.Thread(target=self._loop, name="edgeasr-inference", daemon=True)
 
     def lane(self, name: str, max_seconds: float, overflow: Overflow) -> Lane:
@@ -178,11 +177,6 @@ class Worker:
             self.cond.notify_all()
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
-
-    @property
-    def idle(self) -> bool:
-        with self.cond:
-            return self._running is None and not any(lane.depth for lane in self._lanes)
 
     def finals_waiting(self) -> bool:
         return any(lane._finals for lane in self._lanes)
@@ -229,14 +223,15 @@ class Worker:
 
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
-            self.stats.cancelled += 1
+            if job.partial:
+                self.stats.partials_skipped += 1
+            else:
+                self.stats.cancelled += 1
             return
 
         def should_stop() -> bool:
             return job.cancelled.is_set() or (job.partial and self.finals_waiting())
 
-        with self.cond:
-            self._running = job
         t0 = time.monotonic()
         try:
             job.run(self.engine, should_stop)
@@ -256,5 +251,4 @@ class Worker:
         finally:
             self.stats.busy_s += time.monotonic() - t0
             with self.cond:
-                self._running = None
                 self.cond.notify_all()

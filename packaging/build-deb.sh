@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the edgeasr Debian package: packaging/build-deb.sh [amd64|arm64]
 # (no argument: this machine's architecture). Prints the path of the .deb.
+# packaging/build-deb.sh --print-version: the version it would build (pyproject.toml's, checked
+# against debian/changelog's top entry).
 #
 # The package carries a wheelhouse for the target (edgeasr's wheel and its runtime
 # dependencies, downloaded from PyPI here, never at install time) and builds
@@ -14,6 +16,17 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$HERE")
+
+die() { echo "build-deb.sh: $*" >&2; exit 1; }
+
+# The version has one home, pyproject.toml; debian/changelog's top entry must name it.
+VERSION=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$REPO/pyproject.toml")
+[ -n "$VERSION" ] || die "no version = \"...\" in pyproject.toml"
+CHANGELOG_VERSION=$(sed -n '1s/^edgeasr (\([^)]*\)).*/\1/p' "$HERE/debian/changelog")
+[ "$CHANGELOG_VERSION" = "$VERSION" ] || \
+    die "debian/changelog's top entry is $CHANGELOG_VERSION, pyproject.toml says $VERSION: add an entry"
+if [ "${1:-}" = --print-version ]; then echo "$VERSION"; exit 0; fi
+
 ARCH=${1:-$(dpkg --print-architecture)}
 OUT_DIR=${EDGEASR_DEB_OUT:-$HERE/dist}
 
@@ -32,8 +45,6 @@ WEIGHTS=$(sed -n 's/^weights = \["\(.*\)"\]$/\1/p' "$REPO/pyproject.toml")
 # The workstation-only export stack must never reach the device.
 FORBIDDEN_WHEELS='^(torch|transformers|onnxscript|onnxsim)-'
 
-die() { echo "build-deb.sh: $*" >&2; exit 1; }
-
 case "$ARCH" in
     amd64) MACHINE=x86_64 ;;
     arm64) MACHINE=aarch64 ;;
@@ -41,8 +52,6 @@ case "$ARCH" in
 esac
 
 [ -n "$WEIGHTS" ] || die "pyproject.toml has no one-line weights extra"
-VERSION=$(sed -n 's/^__version__ = "\([^"]*\)"$/\1/p' "$REPO/edgeasr/__init__.py")
-[ -n "$VERSION" ] || die "no __version__ in edgeasr/__init__.py"
 for f in pyproject.toml config/edgeasr.yaml systemd/edgeasr.service; do
     [ -f "$REPO/$f" ] || die "missing $f"
 done
@@ -151,9 +160,6 @@ PY
 cp -r "$HERE/debian" "$STAGE/debian"
 cp "$REPO/systemd/edgeasr.service" "$STAGE/debian/edgeasr.service"
 cp "$REPO/config/edgeasr.yaml" "$STAGE/config/edgeasr.yaml"
-# The version has one home, edgeasr.__version__; the changelog's top entry follows it.
-sed -i "1s/^edgeasr ([^)]*)/edgeasr ($VERSION)/" "$STAGE/debian/changelog"
-
 if ! (cd "$STAGE" && dpkg-buildpackage --build=binary --host-arch="$ARCH" -us -uc) \
         > "$WORK/dpkg-buildpackage.log" 2>&1; then
     cat "$WORK/dpkg-buildpackage.log" >&2

@@ -8,7 +8,7 @@
 #   sudo bash packaging/fresh-machine-check.sh [WORKDIR]     (default /var/tmp/edgeasr-fresh)
 #
 # Too slow for CI (a whole Debian system is downloaded and the full test suite runs in it):
-# run it before a release and put its figures in README's "A fresh machine" section. It clones
+# run it before a release and put its figures in docs/development.md ("The fresh-machine check"). It clones
 # the committed state of this repository (HEAD), as CI does.
 set -euo pipefail
 [ "$(id -u)" -eq 0 ] || { echo "fresh-machine-check: run as root (debootstrap, chroot)" >&2; exit 77; }

@@ -6,7 +6,8 @@
 #   bash packaging/setup-dev.sh --tests   also what the tests and the benchmark need: Mosquitto,
 #                                         systemd's tools, Debian's packaging tools, a compiler for
 #                                         systemd-python, espeak-ng, the base weights, CTranslate2,
-#                                         the Silero and TEN speech detectors
+#                                         the Silero and TEN speech detectors, Home Assistant's
+#                                         sentences and the command set's piper voice
 #
 # Every Python package is pinned by packaging/constraints.txt, so a new release upstream cannot
 # change a test's numbers. Idempotent: a second run only checks what is already there.
@@ -56,7 +57,7 @@ fi
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 extras="weights"
-[ "$tests" = 1 ] && extras="weights,base,systemd,bench,dev,silero,ten"
+[ "$tests" = 1 ] && extras="weights,base,systemd,bench,commands,dev,silero,ten"
 # --use-pep517: systemd-python has no pyproject.toml; without it pip falls back to a deprecated
 # `setup.py install`
 .venv/bin/python -m pip install -q --disable-pip-version-check --use-pep517 \

@@ -13,7 +13,8 @@ from conftest import make_engine, normalize
 
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import MANIFEST, load_bundle
-from edgeasr.models.calibrate import KNOWN, apply_known, better, descend
+from edgeasr.models.calibrate import KNOWN, START, apply_known, better, descend
+from edgeasr.models.scoring import Scorer, Utterance
 
 pytestmark = pytest.mark.model
 
@@ -126,16 +127,20 @@ def test_calibrated_settings_are_read_from_the_manifest(tiny_bundle, tmp_path):
         if f.name != MANIFEST:
             (copy / f.name).symlink_to(f)
     manifest = json.loads((tiny_bundle / MANIFEST).read_text())
-    manifest["decoding"] = {"values": {"encoder_padding": 0, "repetition_penalty": 1.0, "eos_threshold": None,
-                                       "condition_on_previous_text": True, "on_gate_fail": "retry"}}
+    manifest["decoding"] = {"values": {"encoder_padding": 0, "repetition_penalty": 1.1, "eos_threshold": None,
+                                       "condition_on_previous_text": True}}
     (copy / MANIFEST).write_text(json.dumps(manifest))
     engine = make_engine(copy)
     o = engine.options
-    assert (o.encoder_padding, o.repetition_penalty, o.eos_threshold, o.condition_on_previous_text) == (0, 1.0, None, True)
-    assert engine.on_gate_fail == "retry"
+    assert (o.encoder_padding, o.repetition_penalty, o.eos_threshold, o.condition_on_previous_text) == (0, 1.1, None, True)
+    assert engine.on_gate_fail == "retry"  # not calibrated: never empty for speech
     overridden = make_engine(copy, **{"decoder.repetition_penalty": 1.2, "decoder.on_gate_fail": "drop"})
     assert overridden.options.repetition_penalty == 1.2 and overridden.on_gate_fail == "drop"
     assert make_engine(copy, **{"decoder.preset": "balanced"}).options.encoder_padding == 700
+    manifest.pop("decoding")
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    plain = make_engine(copy).options  # no calibration: plain greedy decoding, as trained
+    assert (plain.encoder_padding, plain.repetition_penalty, plain.eos_threshold) == (1500, 1.0, None)
 
 
 def test_importing_known_weights_applies_their_calibration(base_bundle, tmp_path):
@@ -152,17 +157,33 @@ def test_importing_known_weights_applies_their_calibration(base_bundle, tmp_path
     assert "decoding" not in apply_known(tmp_path, manifest)  # unknown weights: nothing added
 
 
-def test_the_calibration_takes_only_clear_wins():
-    """The procedure's rule: half a point on the whole set, and no group a point worse."""
-    current = {"all": 0.10, "short": 0.08, "long": 0.13}
-    assert better({"all": 0.09, "short": 0.075, "long": 0.135}, current)
-    assert not better({"all": 0.097, "short": 0.07, "long": 0.12}, current)  # within the noise
-    assert not better({"all": 0.08, "short": 0.05, "long": 0.15}, current)  # a group pays for it
+def test_the_calibration_takes_only_wins_that_hold_across_speakers():
+    """A value is taken when it lowers the pool's WER by half a point and lowers it on most
+    speaker folds: a win on the pool that one fold's voices carry is not taken."""
+    pool = [Utterance(f"ls_test-clean_{spk}-1-{i}", np.zeros(1, np.float32), "a b c d e f g h i j", 5.0,
+                      str(spk), "set") for spk in range(5) for i in range(2)]
+    scorer = Scorer(pool, window_s=10.0)
+    assert sorted(set(scorer.fold)) == [0, 1, 2, 3, 4]  # one speaker per fold
+    right, one_wrong = "a b c d e f g h i j", "a b c d e f g h i x"
 
-    def evaluate(values: dict) -> dict[str, float]:  # penalty 1.0 wins clearly, padding 0 barely
-        wer = 0.10 - 0.02 * (values["repetition_penalty"] == 1.0) - 0.003 * (values["encoder_padding"] == 0)
-        return {"all": wer, "short": wer}
+    def texts(wrong_in: set[int]) -> list[str]:
+        return [one_wrong if scorer.fold[i] in wrong_in else right for i in range(len(pool))]
 
-    values, scores = descend(evaluate, lambda v, s: None)
-    assert values["repetition_penalty"] == 1.0 and values["encoder_padding"] == 700
-    assert scores["all"] == pytest.approx(0.08)
+    folds = [0, 1, 2, 3, 4]
+    assert better(texts(set()), texts({0, 1, 2}), scorer, folds)  # better on 3 folds of 5
+    assert not better(texts({0, 1, 2}), texts({0, 1, 2}), scorer, folds)  # no gain
+    # fold 0's voices gain much (the pool gains), folds 1 and 2 lose: not taken
+    all_wrong = "x x x x x x x x x x"
+    one_fold_wins = [right if scorer.fold[i] == 0 else one_wrong if scorer.fold[i] in (1, 2) else right
+                     for i in range(len(pool))]
+    before = [all_wrong if scorer.fold[i] == 0 else right for i in range(len(pool))]
+    assert scorer.score(one_fold_wins).wer < scorer.score(before).wer - 0.005
+    assert not better(one_fold_wins, before, scorer, folds)
+
+    def decode(values: dict) -> list[str]:  # penalty 1.1 helps every fold; padding 700 only fold 0
+        if values["repetition_penalty"] == 1.1:
+            return texts(set())
+        return texts({1, 2, 3, 4} if values["encoder_padding"] == 700 else {0, 1, 2, 3, 4})
+
+    values = descend(decode, scorer, folds)
+    assert values["repetition_penalty"] == 1.1 and values["encoder_padding"] == START["encoder_padding"]

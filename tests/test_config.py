@@ -13,7 +13,7 @@ import yaml
 
 from edgeasr.config import Config, as_dict, load_config
 from edgeasr.errors import ConfigError, MissingInputError
-from edgeasr.reload import live_keys
+from edgeasr.reload import flatten, live_keys
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "config" / "edgeasr.yaml"
@@ -39,7 +39,7 @@ def test_shipped_file_and_dataclasses_cannot_drift():
             elif f.default is dataclasses.MISSING:  # derived from the environment
                 assert node[f.name] is None, f"{key}: the file leaves it null (= default)"
             else:
-                assert node[f.name] == value, (
+                assert node[f.name] == (list(value) if isinstance(value, tuple) else value), (
                     f"{key}: file says {node[f.name]!r}, default {value!r}"
                 )
 
@@ -48,10 +48,11 @@ def test_shipped_file_and_dataclasses_cannot_drift():
 
 
 def test_every_key_in_the_shipped_file_has_a_comment():
-    for line in SHIPPED.read_text().splitlines():
-        m = re.match(r"\s*(\w+):(.*)", line)
-        if m and m.group(2).strip():  # a key with a value (sections have none)
-            assert "#" in m.group(2), f"no comment: {line!r}"
+    keyed = [m for m in (re.match(r"\s*(\w+):(.*)", line) for line in SHIPPED.read_text().splitlines())
+             if m and m.group(2).strip()]  # a key with a value (sections have none)
+    assert len(keyed) == len(flatten(as_dict(Config())))  # every key of the tree, once
+    for m in keyed:
+        assert "#" in m.group(2), f"no comment: {m.group(0)!r}"
 
 
 def test_environment_derived_defaults(monkeypatch):
@@ -95,7 +96,7 @@ def test_values_are_typed_and_nested(tmp_path):
         (
             "audio: {}\n",
             "audio: unknown key (allowed: device_id, state_dir, log, input, vad, model, "
-            "encoder, decoder, pipeline, wyoming, output, mqtt)",
+            "encoder, decoder, pipeline, wyoming, output, mqtt, vocabulary, homeassistant)",
         ),
     ],
 )
@@ -119,11 +120,12 @@ def test_unknown_keys(tmp_path, text, message):
         (
             "mqtt.topic_prefix",
             "home/#",
-            "mqtt.topic_prefix: 'home/#' is not allowed (non-empty, no # or +)",
+            "mqtt.topic_prefix: 'home/#' is not allowed (1..256 characters, no # or +, no control characters, "
+            "not starting with $)",
         ),
-        ("device_id", "living room", "device_id: 'living room' is not allowed ([A-Za-z0-9_-]+)"),
+        ("device_id", "living room", "device_id: 'living room' is not allowed ([A-Za-z0-9_-]+, at most 64 characters)"),
         ("encoder.backend", "cuda", "encoder.backend: 'cuda' is not allowed (auto, onnx, hailo)"),
-        ("encoder.threads", 0, "encoder.threads: 0 is not allowed (>= 1)"),
+        ("encoder.threads", 0, "encoder.threads: 0 is not allowed (1..64)"),
         ("decoder.eos_threshold", 0, "decoder.eos_threshold: 0 is not allowed (0 < x <= 1)"),
         ("decoder.encoder_padding", 2000, "decoder.encoder_padding: 2000 is not allowed (0..1500)"),
         ("decoder.on_gate_fail", "skip", "decoder.on_gate_fail: 'skip' is not allowed (drop, retry, keep)"),
@@ -135,18 +137,27 @@ def test_unknown_keys(tmp_path, text, message):
             1.5,
             "decoder.no_speech_threshold: 1.5 is not allowed (0..1)",
         ),
-        ("input.ring_s", 0, "input.ring_s: 0 is not allowed (> 0)"),
-        ("vad.cut_pause_ms", 0, "vad.cut_pause_ms: 0 is not allowed (> 0)"),
+        ("input.ring_s", 0, "input.ring_s: 0 is not allowed (0 < x <= 60)"),
+        ("vad.cut_pause_ms", 0, "vad.cut_pause_ms: 0 is not allowed (0 < x <= 10000)"),
         ("input.realtime", "yes", "input.realtime: 'yes' is not allowed (true/false)"),
         ("input.device", 1.5, "input.device: 1.5 is not allowed (an integer or a string or null)"),
         ("log.level", "debug", "log.level: 'debug' is not allowed (DEBUG, INFO, WARNING, ERROR)"),
-        ("pipeline.queue_s", None, "pipeline.queue_s: null is not allowed (> 0)"),
+        ("pipeline.queue_s", None, "pipeline.queue_s: null is not allowed (0 < x <= 3600)"),
         (
             "mqtt.reconnect_max_s",
             0.5,
             "mqtt.reconnect_max_s: 0.5 is not allowed (>= mqtt.reconnect_min_s, 1.0)",
         ),
         ("vad", 5, "vad: 5 is not a mapping of keys"),
+        ("vocabulary.names", ["Kitchen", " "], "vocabulary.names: ['Kitchen', ' '] is not allowed (a list of at most "
+         "1000 strings of 1..200 characters, no control characters)"),
+        ("vocabulary.terms", "Zigbee", "vocabulary.terms: 'Zigbee' is not allowed (a list of at most 1000 strings of "
+         "1..200 characters, no control characters)"),
+        ("vocabulary.terms", ["a\nb"], "vocabulary.terms: ['a\\nb'] is not allowed (a list of at most 1000 strings "
+         "of 1..200 characters, no control characters)"),
+        ("homeassistant.url", "mqtt://ha.lan:8123", "homeassistant.url: 'mqtt://ha.lan:8123' is not allowed "
+         "(ws://HOST:8123 or wss://HOST (http:// and https:// are taken as ws:// and wss://), no user name or query)"),
+        ("homeassistant.refresh_s", 1, "homeassistant.refresh_s: 1 is not allowed (10..86400)"),
     ],
 )
 def test_bad_values_name_key_value_and_what_is_allowed(tmp_path, key, value, message):
@@ -270,7 +281,7 @@ def test_rendered_config_is_plain_data_that_loads_back(tmp_path):
         ({"wyoming.uri": "unix:///run/e.sock", "wyoming.zeroconf": "kitchen"},
          "wyoming.zeroconf: needs wyoming.uri tcp://HOST:PORT"),
         ({"pipeline.speculate_after_ms": 900}, "pipeline.speculate_after_ms: 900 is not allowed (below vad.hangover_ms"),
-        ({"wyoming.max_sessions": 0}, "wyoming.max_sessions: 0 is not allowed (>= 1)"),
+        ({"wyoming.max_sessions": 0}, "wyoming.max_sessions: 0 is not allowed (1..64)"),
     ],
 )
 def test_front_end_keys_are_checked(overrides, message):
@@ -324,3 +335,59 @@ def test_every_live_engine_key_changes_the_running_engine():
     default = applied(load_config(None, {}))
     for key, value in values.items():
         assert applied(load_config(None, {key: value})) != default, key
+
+
+def _float_keys() -> list[str]:
+    """Every key whose value is a float (optional or not), dotted."""
+    import typing
+
+    from edgeasr.reload import _leaves
+
+    out = []
+    for key, f in _leaves(Config):
+        cls: type = Config
+        for name in key.split(".")[:-1]:
+            cls = typing.get_type_hints(cls)[name]
+        kind = typing.get_type_hints(cls)[f.name]
+        if float in (typing.get_args(kind) or (kind,)):
+            out.append(key)
+    return out
+
+
+@pytest.mark.parametrize("key", _float_keys())
+def test_every_float_key_refuses_nan_and_infinity(key):
+    """Issue 27, row 7: NaN passes every comparison a Range makes and inf turns a limit off, so
+    no float key takes them (nor an integer too large to be a float)."""
+    for value in (float("nan"), float("inf"), float("-inf"), 10**400):
+        with pytest.raises(ConfigError) as info:
+            load_config(None, {key: value})
+        assert str(info.value).startswith(f"{key}: ") and "is not allowed" in str(info.value)
+        assert info.value.exit_code == 78
+
+
+@pytest.mark.parametrize("key, top", [("mqtt.keepalive_s", 65535), ("mqtt.session_expiry_s", 2**32 - 1),
+                                      ("mqtt.port", 65535), ("encoder.threads", 64), ("decoder.threads", 64),
+                                      ("wyoming.max_connections", 256),
+                                      ("pipeline.partial_interval_ms", 60_000), ("mqtt.outbox_max", 10**7)])
+def test_integer_keys_stop_where_their_use_does(key, top):
+    """What MQTT can carry (two and four bytes), what a Pi can run, what a socket can serve."""
+    assert getattr(getattr(load_config(None, {key: top}), key.split(".")[0]), key.split(".")[1]) == top
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: {top + 1} is not allowed"):
+        load_config(None, {key: top + 1})
+
+
+def test_wyoming_allow_takes_a_list_of_networks():
+    cfg = load_config(None, {"wyoming.allow": ["192.168.1.10", "fd00::/8"]})
+    assert cfg.wyoming.allow == ("192.168.1.10", "fd00::/8")
+    assert as_dict(cfg)["wyoming"]["allow"] == ["192.168.1.10", "fd00::/8"]
+    for bad in ("192.168.1.0/24", ["not-an-address"], [24]):
+        with pytest.raises(ConfigError, match=r"^wyoming\.allow: "):
+            load_config(None, {"wyoming.allow": bad})
+    with pytest.raises(ConfigError, match="wyoming.max_sessions: 8 is not allowed .at most wyoming.max_connections"):
+        load_config(None, {"wyoming.max_sessions": 8, "wyoming.max_connections": 4})
+
+
+def test_a_password_file_without_a_user_name_is_refused_at_load(tmp_path):
+    secret = write(tmp_path, "pw\n", "pw")
+    with pytest.raises(ConfigError, match="mqtt.password_file: set, but mqtt.username is not"):
+        load_config(None, {"mqtt.host": "broker", "mqtt.password_file": str(secret)})

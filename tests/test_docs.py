@@ -1,4 +1,4 @@
-"""The README cannot drift from the config file, the CLI or .ci/run."""
+"""The README and docs/ cannot drift from the config file, the CLI, .ci/run or each other."""
 
 from __future__ import annotations
 
@@ -7,14 +7,42 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+DOCUMENTS = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "packaging" / "README.md",
+             *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def test_config_reference_is_the_config_file():
-    block = re.search(r"<!-- config-reference -->\n```yaml\n(.*?)```\n<!-- /config-reference -->", README, re.S)
-    assert block, "README lost its config reference block"
-    assert block.group(1) == (REPO / "config" / "edgeasr.yaml").read_text()
+def fenced_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.S | re.M)
+
+
+def dotted_keys(tree: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for name, value in tree.items():
+        keys.add(prefix + name)
+        if isinstance(value, dict):
+            keys |= dotted_keys(value, f"{prefix}{name}.")
+    return keys
+
+
+def test_the_readme_points_to_the_config_file_as_its_reference():
+    assert "[`config/edgeasr.yaml`](config/edgeasr.yaml)" in README
+
+
+def test_every_yaml_snippet_in_the_readme_parses_and_names_keys_of_the_shipped_config():
+    reference = dotted_keys(yaml.safe_load((REPO / "config" / "edgeasr.yaml").read_text()))
+    snippets = fenced_blocks(README, "yaml")
+    assert len(snippets) >= 2, "README lost its configuration snippets"
+    for snippet in snippets:
+        tree = yaml.safe_load(snippet)
+        assert isinstance(tree, dict) and tree, f"not a mapping of keys:\n{snippet}"
+        unknown = dotted_keys(tree) - reference
+        assert not unknown, f"keys not in config/edgeasr.yaml: {sorted(unknown)}\n{snippet}"
 
 
 def test_ci_runs_the_readme_test_command():
@@ -31,3 +59,33 @@ def test_first_command_uses_real_cli_options():
     help_text = subprocess.run([sys.executable, "-m", "edgeasr", "--help"], capture_output=True,
                                text=True, cwd=REPO).stdout
     assert "--input" in help_text and "--config" in help_text
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's ids for a document's headings (code blocks left out)."""
+    prose = re.sub(r"^```.*?^```$", "", markdown, flags=re.S | re.M)
+    headings = re.findall(r"^#{1,6} (.+)$", prose, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_between_the_documents_resolve(document):
+    """Every relative link names a file that exists, and a #section one of its headings."""
+    text = document.read_text()
+    links = [link for link in LINK.findall(text) if not re.match(r"[a-z]+:", link)]
+    for link in links:
+        path, _, section = link.partition("#")
+        target = (document.parent / path).resolve() if path else document
+        assert target.exists(), f"{document.name}: {link} names no file"
+        if section:
+            assert section in anchors(target.read_text()), f"{document.name}: {link} names no heading"
+
+
+def test_the_readme_links_every_document_in_docs():
+    for document in (REPO / "docs").glob("*.md"):
+        assert f"(docs/{document.name})" in README, f"README does not link docs/{document.name}"
+
+
+def test_the_readme_is_read_in_ten_minutes():
+    """For the user, at most 250 lines: the history and the architecture live in docs/."""
+    assert len(README.splitlines()) <= 250

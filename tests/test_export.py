@@ -35,7 +35,7 @@ import soundfile as sf
 
 from edgeasr.asr.decoding import DecoderSession
 from edgeasr.asr.encoder import OnnxEncoder
-from edgeasr.asr.features import SILENCE, MelSpec, bands_first, log_mel, silence_level
+from edgeasr.asr.features import SILENCE, MelSpec, log_mel, silence_level
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ModelError, UsageError
@@ -57,15 +57,15 @@ def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
 def mel_of(dev_dir, clip: str, bundle, window_s: float | None = None) -> np.ndarray:
     """edgeasr's NHWC log-mel [1, 1, F, n_mels] of the clip's first window."""
     a = bundle.audio
-    spec = MelSpec.for_window(sample_rate=a.sample_rate, n_fft=a.n_fft, hop_length=a.hop_length,
-                              n_mels=a.n_mels, window_s=window_s or a.window_s)
+    n_frames = round((window_s or a.window_s) * a.sample_rate / a.hop_length)
+    spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, n_frames)
     audio, rate = sf.read(dev_dir / "audio" / f"{clip}.wav", dtype="float32")
     assert rate == a.sample_rate
     return log_mel(audio[: spec.n_samples], spec)
 
 
 def ct2_mel(mel: np.ndarray) -> np.ndarray:
-    return bands_first(mel)[None]  # [1, n_mels, F]
+    return np.ascontiguousarray(mel[0, 0].T)[None]  # [1, n_mels, F]
 
 
 def prompt_of(bundle) -> list[int]:

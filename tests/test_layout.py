@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeasr"
-STAGES = ("audio", "asr", "output", "wyoming")  # each imports only the core and itself
+STAGES = ("audio", "asr", "output", "wyoming", "home")  # each imports only the core and itself
 TOOLS = ("commands", "models")  # entry points and model preparation: never imported at run time
 ROOTS = ("daemon", "cli", "__main__")  # the wiring: may import every stage
 

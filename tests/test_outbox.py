@@ -182,3 +182,42 @@ def test_insert_evicts_beyond_the_bound(tmp_path: Path):
     outbox.insert([Entry(seq, "{}") for seq in held])
     assert [e.seq for e in outbox.pending()] == [2, 3, 4]
     assert outbox.evicted == 1
+
+
+def test_the_database_and_its_wal_are_private_whatever_the_umask(tmp_path: Path):
+    """Issue 27, row 10: run outside systemd (umask 022), the files holding transcript text are
+    0600 all the same; files an earlier version left 0644 are closed to others at the next open."""
+    import os
+    import stat
+
+    def modes(state: Path) -> dict[str, str]:
+        return {p.name: stat.filemode(p.stat().st_mode) for p in sorted(state.iterdir())}
+
+    previous = os.umask(0o022)
+    try:
+        state = tmp_path / "state"
+        outbox = Outbox.in_state_dir(state, max_items=5)
+        outbox.append(message(1))
+        assert set(modes(state)) == {FILENAME, f"{FILENAME}-wal", f"{FILENAME}-shm", "outbox.seq"}
+        assert set(modes(state).values()) == {"-rw-------"}, modes(state)
+        outbox.close()
+        for p in state.iterdir():
+            p.chmod(0o644)  # as an earlier version left them
+        reopened = Outbox.in_state_dir(state, max_items=5)
+        assert [e.seq for e in reopened.pending()] == [1]
+        assert set(modes(state).values()) == {"-rw-------"}, modes(state)
+        reopened.close()
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "regular file"])
+def test_a_state_dir_that_cannot_be_one_is_named(tmp_path: Path, kind):
+    state = tmp_path / "state"
+    if kind == "dangling symlink":
+        state.symlink_to(tmp_path / "gone")
+    else:
+        state.write_text("x")
+    with pytest.raises(OutputError, match=r"^state_dir: ") as err:
+        Outbox.in_state_dir(state, max_items=5)
+    assert err.value.exit_code == 73 and ("does not exist" in str(err.value) or "not a directory" in str(err.value))

@@ -33,7 +33,7 @@ class RecordingEngine:
         return MelStream(MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100)))
 
     def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None,
-                   features=None, prompt=(), max_windows=None) -> Transcription:
+                   features=None, prompt=(), max_windows=None, vocabulary=None) -> Transcription:
         self.calls.append((len(audio), final))
         self.features.append(features)
         self.prompts.append(tuple(prompt))

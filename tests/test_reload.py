@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edgeasr.config import load_config
 from edgeasr.daemon import Daemon, Outputs
+from edgeasr.home.source import VocabularySource
 
 
 def daemon_for(path: Path, capture: bool = True) -> Daemon:
@@ -17,7 +18,7 @@ def daemon_for(path: Path, capture: bool = True) -> Daemon:
     pipeline = types.SimpleNamespace(log_transcripts=cfg.log.transcripts) if capture else None
     return Daemon(cfg, engine=engine, worker=None, pipeline=pipeline, server=None, outputs=Outputs([]),
                   notifier=None, progress=None, model="m", backend="onnx",
-                  reload_config=lambda: load_config(path))
+                  vocabulary=VocabularySource.from_config(cfg), reload_config=lambda: load_config(path))
 
 
 def reload(daemon: Daemon, caplog) -> list[str]:
@@ -71,3 +72,22 @@ def test_a_daemon_without_local_audio_reloads(tmp_path, caplog):
         assert daemon.engine.options.repetition_penalty == 1.3 and daemon.cfg.log.transcripts
     finally:
         logging.getLogger().setLevel(logging.WARNING)
+
+
+def test_reload_reads_the_home_file_again(tmp_path, caplog):
+    """The home's names are live: SIGHUP reads the home file again, even when no key changed;
+    a broken file keeps the running names, with one line saying why."""
+    caplog.set_level(logging.INFO, logger="edgeasr.daemon")
+    home = tmp_path / "home.yaml"
+    home.write_text("areas: [Kitchen]\n")
+    config = tmp_path / "edgeasr.yaml"
+    config.write_text(f"vocabulary:\n  home: {home}\n")
+    daemon = daemon_for(config)
+    assert [n.name for n in daemon.vocabulary.current().names] == ["Kitchen"]
+    home.write_text("areas: [Kitchen, Attic]\n")
+    reload(daemon, caplog)
+    assert [n.name for n in daemon.vocabulary.current().names] == ["Kitchen", "Attic"]
+    home.write_text("areas: [{aliases: [x]}]\n")
+    lines = reload(daemon, caplog)
+    assert [n.name for n in daemon.vocabulary.current().names] == ["Kitchen", "Attic"]
+    assert any("keeping the running vocabulary" in line and str(home) in line for line in lines), lines

@@ -225,6 +225,7 @@ def test_the_daemon_reports_every_device_change_on_error_in_status_and_metrics()
     from edgeasr.asr.supervision import DeviceHealth
     from edgeasr.config import load_config
     from edgeasr.daemon import Daemon, Outputs, metrics
+    from edgeasr.home.source import VocabularySource
     from edgeasr.worker import WorkerStats
 
     health = [DeviceHealth()]
@@ -235,7 +236,8 @@ def test_the_daemon_reports_every_device_change_on_error_in_status_and_metrics()
     statuses: list[str] = []
     daemon = Daemon(load_config(None), engine=engine, worker=None, pipeline=None, server=None,
                     outputs=Outputs([], mqtt=mqtt), notifier=SimpleNamespace(status=statuses.append),
-                    progress=None, model="m", backend="hailo")
+                    progress=None, model="m", backend="hailo",
+                    vocabulary=VocabularySource.from_config(load_config(None)))
     daemon._watch_device()  # the first look
     health[0] = DeviceHealth(RECOVERING, 1, 1, 0, 0, "HAILO_TIMEOUT")
     daemon._watch_device()

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from edgeasr.asr.cleanup import drop_unpaired_quotes, join_bare_punctuation, tidy, unpaired_quotes
-from edgeasr.asr.pieces import Piece, trim_repeats
-from edgeasr.asr.spoken import SpeechMap, keep_segment, stock_phrase
+from edgeasr.asr.pieces import Piece, find_loop, trim_repeats
+from edgeasr.asr.spoken import SpeechMap, silent, stock_phrase, stock_phrase_unspoken
 from edgeasr.audio.files import load_audio
 from edgeasr.audio.segmenter import PauseFinder
 from edgeasr.config import VadOptions
@@ -77,19 +77,20 @@ def front_center(dev_dir):
     return SpeechMap(finder.speech(audio), finder.frame_s), len(speech) / 16000
 
 
-def test_a_segment_over_silence_is_dropped_and_one_over_speech_kept(front_center):
+def test_a_segment_over_silence_is_found_and_a_stock_phrase_needs_speech_under_most_of_it(front_center):
     speech, speech_end = front_center
-    assert keep_segment(speech, 0.0, speech_end, " Go forward ten meters.")
-    assert not keep_segment(speech, speech_end + 0.6, speech_end + 2.0, " Go forward ten meters.")
-    # a stock phrase needs speech under most of it
-    assert not keep_segment(speech, speech_end - 0.3, speech_end + 1.5, " Thank you.")
+    assert not silent(speech, 0.0, speech_end)
+    assert silent(speech, speech_end + 0.6, speech_end + 2.0)
+    assert stock_phrase_unspoken(speech, speech_end - 0.3, speech_end + 1.5, " Thank you.")
+    assert not stock_phrase_unspoken(speech, 0.0, speech_end, " Thank you.")
+    assert not stock_phrase_unspoken(speech, speech_end - 0.3, speech_end + 1.5, " Go forward ten meters.")
 
 
 def test_a_repeat_over_speech_is_kept_and_one_over_silence_cut(front_center):
     """"go forward ten meters" said twice, as two timestamped segments: kept if the second has speech
     under it, cut where it lies over the silence after the speech (a loop)."""
     speech, speech_end = front_center
-    words = [100, 200, 300, 400, 13]  # any five tokens: the rule looks only at ids and times
+    words = [100, 200, 300, 400, 13]  # any five tokens: compared by their `key` (here the id)
     half = speech_end / 2
     said_twice = [Piece(0.0, half, words, [-0.1] * 5), Piece(half, speech_end, words, [-0.1] * 5)]
     assert trim_repeats(said_twice, speech) == said_twice
@@ -117,3 +118,36 @@ def test_a_repeat_inside_a_segment_is_judged_by_its_token_times(front_center):
     past_the_speech = times(0.0, speech_end + 0.5, speech_end + 0.5 + half)
     assert trim_repeats(one_segment, speech, past_the_speech)[0].tokens == words
     assert trim_repeats(one_segment, speech)[0].tokens == words  # no times: a loop, as ever
+
+
+def test_a_repeat_joined_to_its_phrase_by_a_word_is_judged_too(front_center):
+    """"...he makes me harshly feel, and he makes me harshly feel." (tiny.en, a window of
+    dev_stream_02): a loop often joins the phrase to its repeat with a word. Judged like an
+    immediate repeat: cut when squeezed into the end, kept when said again over speech."""
+    speech, speech_end = front_center
+    phrase, joined = [100, 200, 300, 400, 500], [600]  # five tokens, then "and"
+    one_segment = [Piece(0.0, speech_end, phrase + joined + phrase, [-0.1] * 11)]
+    half = speech_end / 2
+
+    def times(second: float, end: float):
+        return lambda: [*np.linspace(0.0, second, 7)[:6], *np.linspace(second, end, 6)]
+
+    assert trim_repeats(one_segment, speech, times(half, speech_end)) == one_segment
+    assert trim_repeats(one_segment, speech, times(speech_end - 0.05, speech_end))[0].tokens == phrase + joined
+
+
+def test_a_loop_is_found_whatever_its_case_and_marks():
+    """A loop rarely repeats its tokens exactly ("interviews and views. She missed the pleasant
+    little interviews, the first ..."): tokens are compared by a key that folds case and leaves
+    punctuation out."""
+    spelling = {1: " she", 2: " She", 3: " missed", 4: " the", 5: " pleasant", 6: " little", 7: " interviews",
+                8: ",", 9: ".", 10: " and", 11: " views"}
+
+    def key(token: int) -> str:
+        return "".join(c for c in spelling[token].lower() if c.isalnum())
+
+    first = Piece(0.0, 4.0, [1, 3, 4, 5, 6, 7, 10, 11, 9], [-0.1] * 9)
+    loop = Piece(4.0, None, [2, 3, 4, 5, 6, 7, 8, 4], [-0.1] * 8)
+    kept, loop_from = find_loop([first, loop], key=key)
+    assert kept == [first] and loop_from == 0
+    assert find_loop([first, loop])[1] is None  # by token ids alone, " she" is not " She"

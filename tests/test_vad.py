@@ -12,10 +12,9 @@ from edgeasr.audio.clock import StreamClock
 from edgeasr.audio.files import load_audio
 from edgeasr.audio.segmenter import Segmenter
 from edgeasr.audio.vad import SileroDetector, TenDetector, WebRtcDetector, make_detector
-from edgeasr.config import VadOptions
+from edgeasr.config import VAD_DETECTORS, VadOptions
 from edgeasr.stages import AudioChunk
 
-DETECTORS = ("webrtc", "silero", "ten")
 FRAME = 480  # 30 ms at 16 kHz, the default vad.frame_ms
 
 
@@ -24,7 +23,7 @@ def frames(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio[: n * FRAME], -1, 1) * 32767).astype(np.int16).reshape(n, FRAME)
 
 
-@pytest.mark.parametrize("name", DETECTORS)
+@pytest.mark.parametrize("name", VAD_DETECTORS)
 def test_detector_hears_speech_and_not_silence(name, dev_dir):
     detector = make_detector(VadOptions(detector=name))
     assert isinstance(detector, {"webrtc": WebRtcDetector, "silero": SileroDetector, "ten": TenDetector}[name])
@@ -35,7 +34,7 @@ def test_detector_hears_speech_and_not_silence(name, dev_dir):
     assert not any(quiet)
 
 
-@pytest.mark.parametrize("name", DETECTORS)
+@pytest.mark.parametrize("name", VAD_DETECTORS)
 def test_segmenter_finds_every_utterance_of_the_noisy_stream(name, dev_dir):
     """20 dB SNR pink noise over the whole stream, the gaps included: each utterance is
     covered by the segments, and the noise alone opens no segment."""
@@ -44,6 +43,9 @@ def test_segmenter_finds_every_utterance_of_the_noisy_stream(name, dev_dir):
         spans = [(int(r["start_sample"]), int(r["end_sample"]))
                  for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
                  if r["stream_id"] == "dev_stream_01_noisy20db"]
+    with (longform / "streams.tsv").open(newline="") as f:
+        utterances = {r["id"]: int(r["num_segments"]) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+    assert len(spans) == utterances["dev_stream_01_noisy20db"] > 0  # the loops below check each of them
     audio = (load_audio(longform / "dev_stream_01_noisy20db.wav", 16000) * 32767).astype(np.int16)
     segmenter = Segmenter(VadOptions(detector=name), 10.0, StreamClock())
     segments = []

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgeasr.asr import logits as rules
 from edgeasr.asr.decoding import (
     STEP_SPIN_US,
     DecoderSession,
@@ -39,14 +40,15 @@ from edgeasr.asr.decoding import (
 )
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import BATCH_STEP_ROLE, Bundle
+from edgeasr.config import DecoderConfig
 from edgeasr.errors import Cancelled, ConfigError
 
 MAX_BEAM = 5  # decoder.beam_size's limit: the step's cost grows with it (README, Performance)
 
 
 class BatchDecoderSession:
-    def __init__(self, bundle: Bundle, decoder: DecoderSession, size: int, precision: str = "int8",
-                 threads: int = 2) -> None:
+    def __init__(self, bundle: Bundle, decoder: DecoderSession, size: int,
+                 precision: str = DecoderConfig.precision, threads: int = DecoderConfig.threads) -> None:
         if not 1 < size <= MAX_BEAM:
             raise ConfigError(f"decoder.beam_size: {size} is not allowed (2..{MAX_BEAM} for a beam)")
         suffix = "_int8" if precision == "int8" else ""
@@ -168,14 +170,14 @@ class BeamDecoder:
     fallback's retries) it samples as decode_window does: openai's whisper and faster-whisper
     search with the beam at temperature 0 only."""
 
-    def __init__(self, bundle: Bundle, decoder: DecoderSession, size: int, precision: str = "int8",
-                 threads: int = 2) -> None:
+    def __init__(self, bundle: Bundle, decoder: DecoderSession, size: int,
+                 precision: str = DecoderConfig.precision, threads: int = DecoderConfig.threads) -> None:
         self.batch = BatchDecoderSession(bundle, decoder, size, precision, threads)
         self.size = size
         self.scratch = np.zeros((size, bundle.n_vocab), np.float32)  # for the softmax of a step
 
     def __call__(self, session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                 window_s: float, silence: float | None = None, chain: list | None = None,
+                 window_s: float, silence: float | None = None, chain: list[rules.LogitFilter] | None = None,
                  prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
         if options.temperature > 0:
@@ -191,7 +193,7 @@ class BeamDecoder:
         timings = {"cross_kv": (t1 - t0) * 1e3, "decoder": (time.monotonic() - t0) * 1e3, "steps": steps}
         return WindowResult(best.tokens, best.logprobs, no_speech_prob, language, not best.ended, timings)
 
-    def search(self, logits: np.ndarray, chain: list, cap: int,
+    def search(self, logits: np.ndarray, chain: list[rules.LogitFilter], cap: int,
                should_stop: Callable[[], bool] | None = None) -> tuple[_Hypothesis, int]:
         """The beam from the prompt the DecoderSession has just run (`logits`: its next-token
         logits) to the best hypothesis of at most `cap` tokens; and the decoder runs it took."""
@@ -214,7 +216,7 @@ class BeamDecoder:
         ended = [h for h in finished if h.ended]
         return max(ended or finished or alive, key=_Hypothesis.normalised), steps
 
-    def _advance(self, logits: np.ndarray, alive: list[_Hypothesis], chain: list, eot: int,
+    def _advance(self, logits: np.ndarray, alive: list[_Hypothesis], chain: list[rules.LogitFilter], eot: int,
                  cap: int) -> tuple[list[_Hypothesis], list[int], list[_Hypothesis]]:
         """One step of the search: the hypotheses that go on (and each one's parent row) and
         the ones that finished. CTranslate2's rule: of the 2 x size best candidates the first

@@ -24,6 +24,7 @@ import numpy as np
 from edgeasr.asr import logits as rules
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
+from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import Cancelled, ConfigError, ModelError
 
 # how long the step's threads stay awake after a run, for the next token's (microseconds)
@@ -32,37 +33,40 @@ STEP_SPIN_US = 1000
 
 @dataclass(frozen=True)
 class DecodingOptions:
+    """How a window is decoded. The defaults are plain greedy decoding as Whisper was trained
+    for (what `edgeasr models calibrate` starts from); a bundle's calibrated values or a preset
+    replace them."""
+
     # multilingual bundles: language code, or None to detect it per window
     language: str | None = None
     # "transcribe" (X -> X) or "translate" (X -> English)
-    task: str = "transcribe"
+    task: str = ModelConfig.task
     # pad the audio features to this many positions with the encoder's output for silence
-    # (0 = no padding); the decoder was trained on 1500 and hallucinates more on short windows
-    encoder_padding: int = 700
+    # (0 = no padding); the decoder was trained on 1500
+    encoder_padding: int = 1500
     # >1 lowers the logits of text tokens used in the last `repetition_window` tokens
-    repetition_penalty: float = 1.1
+    repetition_penalty: float = 1.0
     repetition_window: int = 16
-    # end the window once p(end-of-text) reaches this (None: plain greedy)
-    eos_threshold: float | None = 0.5
+    # end the window once p(end-of-text) reaches this (None: plain greedy; from 0.5 up it
+    # changes no greedy pick: end-of-text is then the likeliest token anyway)
+    eos_threshold: float | None = None
     # token cap per window = this * window seconds (runaway loops stop here)
-    max_tokens_per_s: float = 6.0
+    max_tokens_per_s: float = DecoderConfig.max_tokens_per_s
     # the first timestamp must come within this many seconds
     max_initial_timestamp_s: float = 1.0
     # 0: greedy; above: sample from the softmax of logits / temperature (the fallback's retries)
     temperature: float = 0.0
     # later windows of the same audio get the text kept so far as prompt (openai's option)
     condition_on_previous_text: bool = False
+    # the request's names and terms, tokenized (asr/vocabulary.py): their tokens get a boost
+    keyterms: tuple[tuple[int, ...], ...] = ()
+    keyterm_boost: float = 0.0
 
 
-# Anti-hallucination presets: padding, penalty, EOS threshold (issue #3; the seed gives
-# 700 as the least padding that helps and 1500 as the safest). Measured on the dev set
-# with silence rows as padding (2026-11-21): padding 700, 1000 and 1500 and penalties
-# 1.0-1.1 are within noise of each other (9.8-10.1 %; tiny numeric changes move the WER
-# by +-0.6 points); penalty 1.3 costs 5 points (conservative: 14.6 %). With zero rows,
-# 1.05 once duplicated a phrase at a carried window edge of dev_stream_02.
-# They were chosen for tiny.en: the default is now each bundle's calibrated values
-# (`calibrated_options`), and Whisper base, for one, does best with none of them
-# (edgeasr/models/calibrate.py).
+# Named presets a user may pick instead of the bundle's calibrated values (issue #3, chosen
+# on tiny.en's dev set, 2026-11-21): padding, penalty, EOS threshold. A bundle's default is
+# its calibration (`edgeasr models calibrate`, cross-validated by speaker), and where it
+# holds none, plain decoding (DecodingOptions' defaults).
 PRESETS: dict[str, dict] = {
     "conservative": dict(encoder_padding=1500, repetition_penalty=1.3, eos_threshold=0.3),
     "balanced": dict(encoder_padding=700, repetition_penalty=1.1, eos_threshold=0.5),
@@ -70,17 +74,17 @@ PRESETS: dict[str, dict] = {
 }
 # what `edgeasr models calibrate` measures and a bundle's manifest may hold (`decoding`)
 CALIBRATED = ("encoder_padding", "repetition_penalty", "eos_threshold", "condition_on_previous_text")
-UNCALIBRATED = "balanced"  # the preset of a bundle that holds no calibrated values
 
 
 def preset_options(name: str | None, calibrated: dict | None = None, **overrides) -> DecodingOptions:
-    """A preset's options, or with name None the bundle's `calibrated` values (the
-    `balanced` preset for what was not calibrated); then the `overrides` that are not None."""
+    """A preset's options, or with name None the bundle's `calibrated` values (plain decoding
+    for what was not calibrated); then the `overrides` that are not None."""
     if name is not None and name not in PRESETS:
         raise ConfigError(f"decoder.preset: {name!r} is not allowed ({', '.join(PRESETS)})")
-    values = dict(PRESETS[name or UNCALIBRATED])
     if name is None:
-        values.update({k: v for k, v in (calibrated or {}).items() if k in CALIBRATED})
+        values = {k: v for k, v in (calibrated or {}).items() if k in CALIBRATED}
+    else:
+        values = dict(PRESETS[name])
     values.update({k: v for k, v in overrides.items() if v is not None})
     return replace(DecodingOptions(), **values)
 
@@ -144,7 +148,8 @@ class SilenceRows:
 
 
 class DecoderSession:
-    def __init__(self, bundle: Bundle, precision: str = "int8", threads: int = 2) -> None:
+    def __init__(self, bundle: Bundle, precision: str = DecoderConfig.precision,
+                 threads: int = DecoderConfig.threads) -> None:
         suffix = "_int8" if precision == "int8" else ""
         self.bundle = bundle
         self.cross = ort_session(bundle.path("decoder_cross" + suffix), threads)
@@ -253,13 +258,13 @@ class DecoderSession:
                                          self._new[i, j].ctypes.data)
 
 
-def build_rules(bundle: Bundle, options: DecodingOptions, window_s: float) -> list:
+def build_rules(bundle: Bundle, options: DecodingOptions, window_s: float) -> list[rules.LogitFilter]:
     tok = bundle.tokens
     per_pos = bundle.audio.seconds_per_position
     suppress = set(bundle.suppress_tokens) | {tok.translate, tok.transcribe, tok.sot, tok.sot_prev,
                                               tok.sot_lm, tok.no_speech}
     suppress |= set(tok.languages.values())
-    chain: list = [
+    chain: list[rules.LogitFilter] = [
         rules.SuppressTokens(sorted(suppress)),
         rules.SuppressBlank(tok.blank, tok.eot),
         rules.TimestampRules(tok, round(options.max_initial_timestamp_s / per_pos),
@@ -270,6 +275,9 @@ def build_rules(bundle: Bundle, options: DecodingOptions, window_s: float) -> li
                                              tok.eot))
     if options.eos_threshold is not None:
         chain.append(rules.EosBoost(tok.eot, options.eos_threshold))
+    if options.keyterms and options.keyterm_boost:
+        # after the timestamp rules: a boost weighs text against text, never forces out a timestamp
+        chain.insert(3, rules.KeytermBoost(options.keyterms, options.keyterm_boost, tok.eot))
     return chain
 
 
@@ -311,7 +319,7 @@ def token_cap(session: DecoderSession, options: DecodingOptions, window_s: float
 
 
 def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                  window_s: float, silence: float | None = None, chain: list | None = None,
+                  window_s: float, silence: float | None = None, chain: list[rules.LogitFilter] | None = None,
                   prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
                   should_stop: Callable[[], bool] | None = None) -> WindowResult:
     """Decoding with timestamps of one window whose speech lasts `window_s`: greedy, or
@@ -348,3 +356,27 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     timings = {"cross_kv": (t1 - t0) * 1e3, "decoder": (t2 - t0) * 1e3,
                "steps": len(tokens) + 1}
     return WindowResult(tokens, logprobs, no_speech_prob, language, hit_cap, timings)
+
+
+def score_texts(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
+                texts: Sequence[Sequence[int]], silence: float | None = None,
+                prompt: Sequence[int] = ()) -> list[float]:
+    """How likely the decoder finds each text (its tokens, end-of-text added) for a window's
+    audio: the mean log-probability per token, read by feeding the text (teacher forcing,
+    without timestamps), no logit rule applied. Texts share the window's cross K/V and the
+    prompt's cache rows; each is read from there."""
+    tok = session.bundle.tokens
+    session.start(audio_features, options.encoder_padding, silence)
+    logits = feed_prompt(session, options, prompt)[0]
+    logits = session.step([tok.no_timestamps])
+    start, first = session.length, logits.copy()
+    scores = []
+    for text in texts:
+        session.length, logits, total = start, first, 0.0
+        sequence = [*text, tok.eot]
+        for i, token in enumerate(sequence):
+            total += float(logits[token]) - rules.logsumexp(logits)
+            if i + 1 < len(sequence):
+                logits = session.step([token])
+        scores.append(total / len(sequence))
+    return scores

@@ -18,12 +18,11 @@ import numpy as np
 
 from edgeasr.asr.supervision import SupervisedEncoder
 from edgeasr.bundle import Bundle
-from edgeasr.config import EncoderConfig
+from edgeasr.config import ENCODER_BACKENDS, EncoderConfig
 from edgeasr.errors import ConfigError, DeviceError, ModelError
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "onnx", "hailo")
 
 
 class Encoder(Protocol):
@@ -37,8 +36,8 @@ class Encoder(Protocol):
 
 def choose_backend(requested: str, *, hailo_present: bool, hef_present: bool) -> str:
     """`auto` means the NPU when its SDK, a device and a compiled HEF are all there."""
-    if requested not in BACKENDS:
-        raise ConfigError(f"encoder.backend: {requested!r} is not allowed ({', '.join(BACKENDS)})")
+    if requested not in ENCODER_BACKENDS:
+        raise ConfigError(f"encoder.backend: {requested!r} is not allowed ({', '.join(ENCODER_BACKENDS)})")
     if requested == "auto":
         return "hailo" if hailo_present and hef_present else "onnx"
     if requested == "hailo" and not hailo_present:
@@ -88,8 +87,8 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
 class OnnxEncoder:
     backend = "onnx"
 
-    def __init__(self, bundle: Bundle, precision: str = "int8", threads: int = 2,
-                 role: str | None = None) -> None:
+    def __init__(self, bundle: Bundle, precision: str = EncoderConfig.precision,
+                 threads: int = EncoderConfig.threads, role: str | None = None) -> None:
         role = role or ("encoder_int8" if precision == "int8" else "encoder")
         self.session = ort_session(bundle.path(role), threads)
         self.input_name = self.session.get_inputs()[0].name

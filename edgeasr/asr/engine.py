@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import functools
 
-from edgeasr.asr.beam import BeamDecoder
+from edgeasr.asr.beam import BatchDecoderSession, BeamDecoder
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
+from edgeasr.asr.grammar import BEAM as GRAMMAR_BEAM
 from edgeasr.asr.transcriber import Fallback, PauseFinding, Transcriber
 from edgeasr.asr.words import WordAligner
-from edgeasr.bundle import ALIGN_ROLE, Bundle
+from edgeasr.bundle import ALIGN_ROLE, BATCH_STEP_ROLE, Bundle
 from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
-
-UNCALIBRATED_GATE_FAIL = "drop"  # a bundle without calibrated values keeps the old rule
 
 
 def single_threaded_blas() -> None:
@@ -42,12 +41,6 @@ def decoding_options(model: ModelConfig, decoder: DecoderConfig, bundle: Bundle)
         condition_on_previous_text=decoder.condition_on_previous_text)
 
 
-def on_gate_fail(decoder: DecoderConfig, bundle: Bundle) -> str:
-    """What to do with a window that fails a gate: the config's choice, else the bundle's
-    calibrated one, else drop it."""
-    return decoder.on_gate_fail or bundle.decoding.get("on_gate_fail", UNCALIBRATED_GATE_FAIL)
-
-
 def gates(decoder: DecoderConfig) -> tuple[Gate, ...]:
     return default_gates(decoder.logprob_threshold, decoder.no_speech_threshold,
                          decoder.compression_ratio_threshold)
@@ -66,7 +59,7 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         DecoderSession(bundle, decoder.precision, decoder.threads),
         decoding_options(model, decoder, bundle),
         gates(decoder),
-        on_gate_fail(decoder, bundle),
+        decoder.on_gate_fail,
         Fallback(decoder.fallback_temperature_step),
         pauses=pauses,
     )
@@ -75,6 +68,9 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
                                     decoder.threads)
     if words:
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
+    if bundle.has(BATCH_STEP_ROLE):  # the search held to a home's sentences steps its hypotheses at once
+        engine.batch_session = functools.cache(
+            lambda: BatchDecoderSession(bundle, engine.decoder, GRAMMAR_BEAM, decoder.precision, decoder.threads))
     if decoder.drop_unspoken_words and bundle.has(ALIGN_ROLE):
         # only asked for when output.words made no aligner
         engine.judging_aligner = functools.cache(
@@ -87,5 +83,5 @@ def reconfigure(engine: Transcriber, model: ModelConfig, decoder: DecoderConfig)
     gates. The config marks exactly these keys `live` (config.LIVE)."""
     engine.options = decoding_options(model, decoder, engine.bundle)
     engine.gates = gates(decoder)
-    engine.on_gate_fail = on_gate_fail(decoder, engine.bundle)
+    engine.on_gate_fail = decoder.on_gate_fail
     engine.fallback = Fallback(decoder.fallback_temperature_step)

@@ -8,8 +8,8 @@ zero-padded *before* the STFT, so padding frames hold the log-mel of silence as 
 openai/HF (faster-whisper pads the log-mel with 0, which changes transcripts).
 
 Every size comes from a `MelSpec` filled from the model bundle's manifest. Output is NHWC
-float32 [1, 1, n_frames, n_mels], the layout the Hailo encoder takes; `bands_first` gives
-[n_mels, n_frames] for the ONNX encoder.
+float32 [1, 1, n_frames, n_mels], the layout the Hailo encoder takes; the ONNX encoder takes
+the same graph and layout.
 """
 
 from __future__ import annotations
@@ -62,19 +62,6 @@ class MelSpec:
                 f"mel settings: a window of {self.n_samples} samples is too short "
                 f"for n_fft {self.n_fft}"
             )
-
-    @classmethod
-    def for_window(
-        cls, *, sample_rate: int, n_fft: int, hop_length: int, n_mels: int, window_s: float
-    ) -> MelSpec:
-        """A spec whose window lasts window_s seconds (a whole number of hops)."""
-        n_frames = window_s * sample_rate / hop_length
-        if not float(n_frames).is_integer():
-            raise ModelError(
-                f"mel settings: a {window_s} s window is not a whole number "
-                f"of {hop_length}-sample hops"
-            )
-        return cls(sample_rate, n_fft, hop_length, n_mels, int(n_frames))
 
     @property
     def n_samples(self) -> int:
@@ -217,13 +204,6 @@ def silence_level(mel: np.ndarray) -> float:
     """The value silence has in this window after the clamp: what zero audio appended to
     it would look like. Whisper's 30 s windows end in such padding."""
     return max(SILENCE, float(np.max(mel)) - DYNAMIC_RANGE / NORM_SCALE)
-
-
-def bands_first(mel: np.ndarray) -> np.ndarray:
-    """[1, 1, n_frames, n_mels] -> contiguous [n_mels, n_frames], the ONNX encoder's layout."""
-    if mel.ndim != 4 or mel.shape[:2] != (1, 1):
-        raise ValueError(f"expected a [1, 1, n_frames, n_mels] log-mel, got shape {mel.shape}")
-    return np.ascontiguousarray(mel[0, 0].T)
 
 
 class MelStream:

@@ -11,6 +11,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
+from edgeasr.config import DecoderConfig
+
 
 def compression_ratio(text: str) -> float:
     """Repetitive text compresses well: a high ratio means a loop."""
@@ -63,8 +65,9 @@ class Repetitive:
         return s.compression_ratio > self.compression_ratio_threshold
 
 
-def default_gates(logprob_threshold: float = -1.0, no_speech_threshold: float = 0.6,
-                  compression_ratio_threshold: float = 2.4) -> tuple[Gate, ...]:
+def default_gates(logprob_threshold: float = DecoderConfig.logprob_threshold,
+                  no_speech_threshold: float = DecoderConfig.no_speech_threshold,
+                  compression_ratio_threshold: float = DecoderConfig.compression_ratio_threshold) -> tuple[Gate, ...]:
     return (NoSpeech(no_speech_threshold, logprob_threshold), Repetitive(compression_ratio_threshold),
             LowConfidence(logprob_threshold))
 

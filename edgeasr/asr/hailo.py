@@ -39,6 +39,7 @@ from edgeasr.asr.hailo_errors import (
     translate,
 )
 from edgeasr.bundle import Bundle
+from edgeasr.config import HAILO_SCHEDULERS, EncoderConfig
 from edgeasr.errors import (
     ConfigError,
     DeviceError,
@@ -53,7 +54,6 @@ __all__ = ["HailoEncoder", "NpuTimeoutError", "check_vstreams", "hailo_available
 
 log = logging.getLogger(__name__)
 
-SCHEDULERS = ("round_robin", "none")
 DEV_GLOB = "hailo[0-9]*"  # /dev/hailo0, ... created by the hailo PCIe driver
 
 
@@ -180,12 +180,12 @@ class HailoEncoder:
         self,
         hef_path: Path,
         bundle: Bundle,
-        timeout_ms: int = 2000,
-        scheduler: str = "round_robin",
+        timeout_ms: int = EncoderConfig.timeout_ms,
+        scheduler: str = EncoderConfig.scheduler,
         service_group: str | None = None,
     ) -> None:
-        if scheduler not in SCHEDULERS:
-            raise ConfigError(f"encoder.scheduler: {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if scheduler not in HAILO_SCHEDULERS:
+            raise ConfigError(f"encoder.scheduler: {scheduler!r} is not one of {', '.join(HAILO_SCHEDULERS)}")
         if int(timeout_ms) < 1:
             raise ConfigError(f"encoder.timeout_ms: must be at least 1, got {timeout_ms}")
         if service_group and scheduler == "none":

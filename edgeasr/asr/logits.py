@@ -125,3 +125,38 @@ class EosBoost:
             keep = logits[self.eot]
             logits[:] = NEG_INF
             logits[self.eot] = keep
+
+
+class KeytermBoost:
+    """Shallow fusion toward the request's names and terms (Moonshine's keyterms, on a frozen
+    Whisper): the tokens that begin a term, or go on with one under way, get a bounded boost,
+    the more the deeper into the term. `terms` are token sequences (each way of writing each
+    name, with its leading space)."""
+
+    def __init__(self, terms: Sequence[Sequence[int]], boost: float, first_special: int) -> None:
+        self.root: dict[int, dict] = {}
+        for term in terms:
+            node = self.root
+            for token in term:
+                node = node.setdefault(token, {})
+        self.depth = max((len(t) for t in terms), default=0)
+        self.boost, self.first_special = boost, first_special
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
+        text = [t for t in tokens[-self.depth :] if t < self.first_special] if self.depth else []
+        if tokens and tokens[-1] >= self.first_special:
+            text = []  # a timestamp ends a name
+        boosts: dict[int, float] = dict.fromkeys(self.root, self.boost)
+        for start in range(len(text)):  # every suffix of the text that is a term's beginning
+            node: dict | None = self.root
+            for token in text[start:]:
+                node = node.get(token) if node is not None else None
+                if node is None:
+                    break
+            if node:
+                gain = self.boost * (1.0 + math.log(len(text) - start + 1))
+                for token in node:
+                    boosts[token] = max(boosts.get(token, 0.0), gain)
+        for token, gain in boosts.items():
+            if logits[token] != NEG_INF:
+                logits[token] += gain

@@ -20,6 +20,7 @@ from edgeasr.asr import logits as rules
 from edgeasr.asr.decoding import TableRows
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
+from edgeasr.config import DecoderConfig
 from edgeasr.errors import ConfigError, ModelError
 
 # The graph's contract (written by edgeasr.models.hailo_decoder).
@@ -89,7 +90,7 @@ def suppression_rules(bundle: Bundle) -> list:
 class FullNpuReferenceDecoder:
     """Greedy decoding with the fixed-length, cache-free decoder graph of a bundle."""
 
-    def __init__(self, bundle: Bundle, language: str = "en", threads: int = 2) -> None:
+    def __init__(self, bundle: Bundle, language: str = "en", threads: int = DecoderConfig.threads) -> None:
         if not bundle.has(GRAPH_ROLE):
             raise ModelError(f"{bundle.root}: no fixed-length Hailo decoder in this bundle "
                              "(import it with --with hailo)")

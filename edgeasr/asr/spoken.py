@@ -54,11 +54,14 @@ def stock_phrase(text: str) -> bool:
     return " ".join(words) in STOCK_PHRASES
 
 
-def keep_segment(speech: SpeechMap, start: float, end: float, text: str) -> bool:
-    """A segment is kept if it was spoken, and a stock phrase only over mostly speech."""
-    if not speech.is_spoken(start, end):
-        return False
-    return not stock_phrase(text) or speech.spoken_s(start, end) >= STOCK_SPOKEN_FRACTION * (end - start)
+def silent(speech: SpeechMap, start: float, end: float) -> bool:
+    """No speech under a segment (its margins included)."""
+    return not speech.is_spoken(start, end)
+
+
+def stock_phrase_unspoken(speech: SpeechMap, start: float, end: float, text: str) -> bool:
+    """A stock phrase with speech under less than most of it."""
+    return stock_phrase(text) and speech.spoken_s(start, end) < STOCK_SPOKEN_FRACTION * (end - start)
 
 
 def repeat_is_spoken(speech: SpeechMap, start: float, end: float, repeated_tokens: int) -> bool:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
+from edgeasr.config import EncoderConfig
 from edgeasr.errors import ConfigError, DeviceError, EdgeAsrError
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ class SupervisedEncoder:
         self,
         open_encoder: Callable[[], Encoder],
         *,
-        max_failures: int = 5,
-        reopen_timeout_s: float = 8.0,
+        max_failures: int = EncoderConfig.max_failures,
+        reopen_timeout_s: float = EncoderConfig.reopen_timeout_s,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

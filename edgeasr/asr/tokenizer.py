@@ -11,7 +11,6 @@ class Tokenizer:
     def __init__(self, bundle: Bundle) -> None:
         self._tok = _HfTokenizer.from_file(str(bundle.path("tokenizer")))
         self.tokens = bundle.tokens
-        self._language_of = {i: lang for lang, i in bundle.tokens.languages.items()}
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
         """Text of the ordinary tokens; special and timestamp tokens are left out."""
@@ -19,6 +18,3 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
-
-    def language_of(self, token: int) -> str | None:
-        return self._language_of.get(token)

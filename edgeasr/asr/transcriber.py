@@ -13,27 +13,32 @@ and the pipeline's carried tails read long speech as one call would.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
+from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.cleanup import tidy
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, score_texts
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
-from edgeasr.asr.gates import WindowStats, check, compression_ratio, default_gates
+from edgeasr.asr.gates import NoSpeech, WindowStats, check, compression_ratio, default_gates
+from edgeasr.asr.grammar import GrammarSearch
 from edgeasr.asr.pieces import Piece, TokenTimes, find_loop, split_segments, trim_repeats
-from edgeasr.asr.spoken import SpeechMap, keep_segment
+from edgeasr.asr.spoken import SpeechMap, silent, stock_phrase_unspoken
 from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.asr.vocabulary import COMMAND_MARGIN, KEYTERM_BOOST, MEANS, keyterms, names_prompt
 from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.bundle import Bundle
+from edgeasr.config import GATE_FAILURE_ACTIONS, DecoderConfig
 from edgeasr.errors import ConfigError
-from edgeasr.stages import TextSegment, Transcription, Word
+from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary, Word, WordGraph
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +46,20 @@ MIN_WINDOW_S = 0.1  # a shorter remainder holds no word
 MIN_ADVANCE_S = 1.0  # a window that would seek less than this is taken whole (no stalls)
 EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
 MIN_S_PER_TOKEN = 0.05  # a closed segment shorter than this per token has bogus timestamps
-ON_GATE_FAIL = ("drop", "retry", "keep")
 SAMPLING_SEED = 0
+NO_VOCABULARY = Vocabulary()
+KEYTERM_CACHE = 8  # vocabularies whose keyterms are kept tokenized (a home's changes seldom)
+SEAM_WORDS = 4  # the longest phrase a seam repeats (two words measured)
+SEAM_TOKENS = 16  # the kept text's last tokens: enough for SEAM_WORDS words
+SEAM_FUZZY_LETTERS = 8  # a misheard repeat is judged on this many letters at least
+SEAM_FUZZY_RATIO = 0.8  # ... and must share this much of them ("andformerrainbow", "andformarainbow")
 
 
 @dataclass(frozen=True)
 class Fallback:
     """Temperatures to decode a failed window again at: step, 2*step, ... up to 1.0."""
 
-    step: float = 0.2
+    step: float = DecoderConfig.fallback_temperature_step
     # above this temperature the retry is decoded without the earlier text as prompt
     prompt_reset_temperature: float = 0.5
 
@@ -92,17 +102,62 @@ class PauseFinding(Protocol):
         """Speech or not, per frame of `frame_s` seconds."""
 
 
+@dataclass(frozen=True)
+class Guards:
+    """The rules that can remove decoded text beside the quality gates, each of which can be
+    turned off: `edgeasr models ablate` turns them off one at a time and counts the words each
+    removes that the reference holds against the made-up ones (docs/benchmarks.md)."""
+
+    repeats: bool = True  # a window's text cut where it starts repeating itself (pieces.find_loop)
+    silent_segments: bool = True  # a segment with no speech under it that the decoder doubts too
+    stock_phrases: bool = True  # "Thank you." and the like over little speech (spoken.stock_phrase)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The audio of one encoder window and where it stands in the audio being transcribed."""
+
+    audio: np.ndarray
+    seek: int  # its first sample in the audio
+    complete: bool  # the speech ends in it: an open tail is complete too
+    more: bool  # audio follows it (a looped phrase can be decoded again in the next one)
+
+
+@dataclass
+class _Walk:
+    """What a transcription has gathered, window after window."""
+
+    language: str | None  # None: detected in the first window, then kept
+    context: list[int]  # text tokens kept so far (the prompt of the next window)
+    names: list[int]  # the vocabulary's prompt, fed before the home's sentences when they are weighed
+    keyterms: tuple[tuple[int, ...], ...]  # the vocabulary's names and terms, tokenized
+    continues: bool  # the audio goes on from a call before (a prompt was given)
+    before: int = 0  # tokens of `context` said before this call (the prompt)
+    last: tuple[np.ndarray, float] | None = None  # the last window's encoder output and silence level
+    seek: int = 0  # the first sample not yet accounted for
+    segments: list[TextSegment] = field(default_factory=list)
+    windows: int = 0
+    tokens: int = 0
+    dropped: int = 0
+    runaway: int = 0
+    steps: int = 0
+    timings: dict[str, float] = field(default_factory=lambda: {"features": 0.0, "encoder": 0.0, "decoder": 0.0})
+
+
 class Transcriber:
     def __init__(self, bundle: Bundle, encoder: Encoder, decoder: DecoderSession,
-                 options: DecodingOptions, gates=None, on_gate_fail: str = "drop",
-                 fallback: Fallback | None = None, pauses: PauseFinding | None = None) -> None:
-        if on_gate_fail not in ON_GATE_FAIL:
-            raise ConfigError(f"decoder.on_gate_fail: {on_gate_fail!r} is not allowed ({', '.join(ON_GATE_FAIL)})")
+                 options: DecodingOptions, gates=None, on_gate_fail: str = DecoderConfig.on_gate_fail,
+                 fallback: Fallback | None = None, pauses: PauseFinding | None = None,
+                 guards: Guards = Guards()) -> None:
+        if on_gate_fail not in GATE_FAILURE_ACTIONS:
+            raise ConfigError(f"decoder.on_gate_fail: {on_gate_fail!r} is not allowed "
+                              f"({', '.join(GATE_FAILURE_ACTIONS)})")
         self.bundle, self.encoder, self.decoder, self.options = bundle, encoder, decoder, options
         self.gates = gates if gates is not None else default_gates()
         self.on_gate_fail = on_gate_fail
         self.fallback = fallback or Fallback()
         self.pauses = pauses
+        self.guards = guards
         self.tokenizer = Tokenizer(bundle)
         a = bundle.audio
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
@@ -112,9 +167,23 @@ class Transcriber:
         # transcripts (output.words), and, without those, a factory of the aligner that judges
         # words by the audio under them (a window's closing words, a repeat inside a segment;
         # made on first use: most windows never need it)
+        self._keyterms = functools.lru_cache(maxsize=KEYTERM_CACHE)(
+            lambda vocabulary: keyterms(vocabulary, self.tokenizer.encode))
+        # the search held to a home's sentences, one per graph (its spellings and closures kept)
+        self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
+        # a text token's letters and digits, lower-cased: what the repeat rule compares
+        self._word_key = functools.lru_cache(maxsize=bundle.n_vocab)(
+            lambda token: "".join(c for c in self.tokenizer.decode([token]).lower() if c.isalnum()))
         self.decode: Callable[..., WindowResult] = decode_window
         self.aligner: WordAligner | None = None
         self.judging_aligner: Callable[[], WordAligner] | None = None
+        # the home's sentences for a vocabulary and a language (home.sentences, set by whoever
+        # builds the engine: asr does not import it), None where no language has them
+        self.sentences: Callable[[Vocabulary, str], Sentences | None] | None = None
+        # the batched step for that search's hypotheses, where the bundle has it (made on first use)
+        self.batch_session: Callable[[], BatchDecoderSession] | None = None
+        # which of vocabulary.MEANS a vocabulary is heard with (all; bench-commands measures each)
+        self.hearing: frozenset[str] = frozenset(MEANS)
 
     def feature_stream(self) -> MelStream:
         return MelStream(self.spec)
@@ -122,7 +191,7 @@ class Transcriber:
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),
-                   max_windows: int | None = None) -> Transcription:
+                   max_windows: int | None = None, vocabulary: Vocabulary = NO_VOCABULARY) -> Transcription:
         """audio: float32 mono at the bundle's rate. final=False: speech goes on after it; the
         tail after the last complete timestamp is left unconsumed. language: this request's
         (multilingual bundles), else model.language's. should_stop() is asked between decoded
@@ -130,72 +199,200 @@ class Transcriber:
         computed while it arrived (feature_stream()), used when it fits one window. prompt:
         the text tokens said just before `audio` (an earlier call's `context`), so that audio
         decoded call by call reads as it would in one call. max_windows: decode at most this
-        many windows; the audio after them is left unconsumed."""
-        sr, window = self.spec.sample_rate, self.spec.n_samples
+        many windows; the audio after them is left unconsumed. vocabulary: the home's names
+        and terms this request should be heard with (asr/vocabulary.py)."""
         audio = np.asarray(audio, dtype=np.float32)
-        seek, segments, n_tokens, windows, dropped, runaway, steps = 0, [], 0, 0, 0, 0, 0
         if language is None or not self.bundle.multilingual:
-            language = self.options.language  # None: detected in the first window, then kept
-        context = list(prompt)  # text tokens kept so far (the prompt of the next window)
-        timings = {"features": 0.0, "encoder": 0.0, "decoder": 0.0}
-        while len(audio) - seek >= MIN_WINDOW_S * sr:
-            if max_windows is not None and windows >= max_windows:
+            language = self.options.language
+        walk = _Walk(language=language, context=list(prompt), continues=bool(prompt), before=len(prompt),
+                     names=names_prompt(vocabulary, self.tokenizer.encode) if "prompt" in self.hearing else [],
+                     keyterms=self._keyterms(vocabulary) if "boost" in self.hearing else ())
+        while len(audio) - walk.seek >= MIN_WINDOW_S * self.spec.sample_rate:
+            if max_windows is not None and walk.windows >= max_windows:
                 final = False  # audio is left: it is not consumed
                 break
-            chunk = audio[seek : seek + window]
-            reaches_end = seek + window >= len(audio)
-            complete = reaches_end and final
-            if not reaches_end and self.pauses is not None:
-                # speech goes on past the window: end it in a pause if there is one
-                cut = self.pauses.find(chunk)
-                if cut is not None and cut >= MIN_ADVANCE_S * sr:
-                    chunk, complete = chunk[:cut], True
-            t0 = time.monotonic()
-            whole = seek == 0 and len(chunk) == len(audio)
-            mel = features if features is not None and whole else log_mel(chunk, self.spec)
-            t1 = time.monotonic()
-            encoded = self.encoder.encode(mel)
-            t2 = time.monotonic()
-            timings["features"] += (t1 - t0) * 1e3
-            timings["encoder"] += (t2 - t1) * 1e3
-            prompt = context[-self.max_prompt:] if self.options.condition_on_previous_text else []
-            speech = SpeechMap(self.pauses.speech(chunk), self.pauses.frame_s) if self.pauses else None
-            decoded = self._decode(encoded, silence_level(mel), chunk, complete, prompt, language, speech,
-                                   should_stop, more=not reaches_end)
-            pieces, result = decoded.pieces, decoded.result
-            timings["decoder"] += decoded.decoder_ms
-            steps += decoded.decoder_steps
-            windows += 1
-            n_tokens += len(result.tokens)
-            runaway += int(result.hit_cap)
-            language = result.language
-            if decoded.failed_gate is not None:
-                dropped += 1
-                pieces = []
-            offset = seek / sr
-            pieces, words = self._words(pieces, chunk, result, offset, timings, complete)
-            for p, piece_words in zip(pieces, words):
-                text = self.tokenizer.decode(p.tokens)
-                if not text.strip():
-                    continue
-                segments.append(TextSegment(
-                    start=round(offset + p.start, 3),
-                    end=round(offset + (p.end if p.end is not None else len(chunk) / sr), 3),
-                    text=text, tokens=tuple(p.tokens),
-                    avg_logprob=float(np.mean(p.logprobs)), no_speech_prob=result.no_speech_prob,
-                    compression_ratio=compression_ratio(text), words=piece_words))
-                context += p.tokens
-            seek += decoded.advance
-            if not final and reaches_end:
+            window = self._next_window(audio, walk.seek, final)
+            whole = window.seek == 0 and len(window.audio) == len(audio)
+            self._transcribe_window(window, walk, features if whole else None, should_stop)
+            if not final and not window.more:
                 break
         if final:
-            seek = len(audio)
-        segments = tidy(segments, complete=final)
-        text = "".join(s.text for s in segments).strip()
-        return Transcription(text=text, segments=tuple(segments), language=language or "en", windows=windows,
-                             tokens=n_tokens, consumed_samples=seek, dropped_windows=dropped,
-                             runaway_windows=runaway, decoder_steps=steps, timings_ms=timings,
-                             context=tuple(context[-self.max_prompt:]))
+            walk.seek = len(audio)
+        result = self._transcription(walk, complete=final)
+        if (vocabulary and final and walk.windows == 1 and walk.last is not None and self.sentences is not None
+                and "grammar" in self.hearing):
+            result = self._as_command(result, walk, vocabulary)
+        return result
+
+    def _next_window(self, audio: np.ndarray, seek: int, final: bool) -> _Window:
+        """The window from `seek`: the model's length, or up to a pause near its end when the
+        audio goes on past it (the segmenter's cut rule): it then holds complete speech."""
+        sr = self.spec.sample_rate
+        chunk = audio[seek : seek + self.spec.n_samples]
+        more = seek + self.spec.n_samples < len(audio)
+        complete = not more and final
+        if more and self.pauses is not None:
+            cut = self.pauses.find(chunk)
+            if cut is not None and cut >= MIN_ADVANCE_S * sr:
+                chunk, complete = chunk[:cut], True
+        return _Window(chunk, seek, complete, more)
+
+    def _transcribe_window(self, window: _Window, walk: _Walk, features: np.ndarray | None,
+                           should_stop: Callable[[], bool] | None) -> None:
+        """Encode and decode one window; its kept segments and tokens join `walk`."""
+        chunk = window.audio
+        t0 = time.monotonic()
+        mel = features if features is not None else log_mel(chunk, self.spec)
+        t1 = time.monotonic()
+        encoded = self.encoder.encode(mel)
+        walk.timings["features"] += (t1 - t0) * 1e3
+        walk.timings["encoder"] += (time.monotonic() - t1) * 1e3
+        earlier = walk.context[-self.max_prompt:] if self.options.condition_on_previous_text else []
+        speech = SpeechMap(self.pauses.speech(chunk), self.pauses.frame_s) if self.pauses else None
+        decoded = self._decode(encoded, silence_level(mel), chunk, window.complete, earlier, walk.language,
+                               speech, should_stop, more=window.more, keyterms=walk.keyterms)
+        result = decoded.result
+        walk.timings["decoder"] += decoded.decoder_ms
+        walk.steps += decoded.decoder_steps
+        walk.windows += 1
+        walk.tokens += len(result.tokens)
+        walk.runaway += int(result.hit_cap)
+        walk.language = result.language
+        pieces = decoded.pieces
+        if decoded.failed_gate is not None:
+            walk.dropped += 1
+            pieces = []
+        offset = window.seek / self.spec.sample_rate
+        pieces = self._without_seam_repeat(pieces, walk.context)
+        pieces, words = self._words(pieces, chunk, result, offset, walk.timings, window.complete,
+                                    continues=window.seek > 0 or walk.continues)
+        for p, piece_words in zip(pieces, words):
+            segment = self._segment(p, piece_words, offset, len(chunk), result)
+            if segment is not None:
+                walk.segments.append(segment)
+                walk.context += p.tokens
+        walk.seek += decoded.advance
+        walk.last = (encoded, silence_level(mel))
+
+    def _without_seam_repeat(self, pieces: list[Piece], before: Sequence[int]) -> list[Piece]:
+        """A window that goes on from text kept before it (an earlier window's, or the prompt of
+        a carried tail) reads again the words said across the seam, alike or misheard; its first
+        words that repeat the last ones kept are dropped (measured: "...free to confess that the |
+        the old temptation", "...sherry, lobster fat. | lobster fat.", "...and form a rainbow. |
+        and former rainbow."). Only at the window's very start: a phrase said twice has audio of
+        its own there."""
+        if not pieces or not before or not self.guards.repeats or pieces[0].start > EDGE_S:
+            return pieces
+        kept = self._words_of(before[-SEAM_TOKENS:])
+        first = pieces[0]
+        for n in range(min(SEAM_WORDS, len(kept)), 0, -1):
+            cut = self._after_words(first.tokens, n)
+            if cut is not None and self._said_again(self._words_of(first.tokens[:cut]), kept):
+                log.debug("dropped %d words repeated across a window seam", n)
+                rest = Piece(first.start, first.end, first.tokens[cut:], first.logprobs[cut:])
+                return ([rest] if rest.tokens else []) + pieces[1:]
+        return pieces
+
+    @staticmethod
+    def _said_again(head: list[str], kept: list[str]) -> bool:
+        """Do the words `head` repeat the end of `kept`: the same words, or nearly the same
+        letters over as many words give or take one (a word cut by the seam is heard otherwise)?"""
+        if kept[-len(head):] == head:
+            return True
+        letters = "".join(head)
+        for m in (len(head) - 1, len(head), len(head) + 1):
+            tail = "".join(kept[-m:]) if 0 < m <= len(kept) else ""
+            if min(len(letters), len(tail)) >= SEAM_FUZZY_LETTERS and difflib.SequenceMatcher(
+                    None, letters, tail, autojunk=False).ratio() >= SEAM_FUZZY_RATIO:
+                return True
+        return False
+
+    def _words_of(self, tokens: Sequence[int]) -> list[str]:
+        """The tokens' text as words of letters and digits, lower-cased."""
+        words = ("".join(c for c in w if c.isalnum()) for w in self.tokenizer.decode(list(tokens)).lower().split())
+        return [w for w in words if w]
+
+    def _after_words(self, tokens: Sequence[int], n: int) -> int | None:
+        """How many of the tokens make up their first n words (with the marks after them)."""
+        for k in range(1, len(tokens) + 1):
+            if len(self._words_of(tokens[:k])) > n:
+                return k - 1
+        return len(tokens) if len(self._words_of(tokens)) == n else None
+
+    def _segment(self, piece: Piece, words: tuple[Word, ...], offset: float, n_samples: int,
+                 result: WindowResult) -> TextSegment | None:
+        text = self.tokenizer.decode(piece.tokens)
+        if not text.strip():
+            return None
+        start, end = offset + piece.start, offset + (piece.end if piece.end is not None else n_samples / self.spec.sample_rate)
+        if words:  # a closing timestamp can come seconds early ("... yolks of four eggs.<7.00>" for 8.9 s)
+            start, end = min(start, words[0].start), max(end, words[-1].end)
+        return TextSegment(start=round(start, 3), end=round(end, 3), text=text,
+                           tokens=tuple(piece.tokens), avg_logprob=float(np.mean(piece.logprobs)),
+                           no_speech_prob=result.no_speech_prob, compression_ratio=compression_ratio(text),
+                           words=words)
+
+    def _as_command(self, result: Transcription, walk: _Walk, vocabulary: Vocabulary) -> Transcription:
+        """One window of speech heard with the home's vocabulary: its intent when the text is one
+        of the home's sentences; else the home's sentence the audio is likeliest to be (a
+        decoding held to the home's sentences, asr/grammar.py) is weighed against the text as
+        decoded (decoding.score_texts, read the same way), and taken when it is within
+        COMMAND_MARGIN of the text's own score: a command heard slightly wrong is put right,
+        other speech is left as it was decoded."""
+        assert walk.last is not None and self.sentences is not None
+        t0 = time.monotonic()
+        sentences = self.sentences(vocabulary, result.language)
+        if sentences is None or not result.text:
+            return result
+        intent = sentences.recognize(result.text)
+        if intent is not None:
+            return replace(result, intent=intent)
+        encoded, silence = walk.last
+        options = replace(self.options, language=result.language)
+        texts = [result.text]
+        scores = score_texts(self.decoder, encoded, options, [self.tokenizer.encode(" " + result.text)], silence,
+                             walk.names)
+        # a command is about as long as what was heard: the search goes little further
+        batch = self.batch_session() if self.batch_session is not None else None
+        held = self._grammar(sentences.graph()).search(self.decoder, encoded, options, silence, walk.names,
+                                                       max_tokens=2 * len(self.tokenizer.encode(" " + result.text)) + 4,
+                                                       batch=batch)
+        if held is not None:
+            texts.append(self.tokenizer.decode(held[0]).strip())
+            scores.append(held[1])
+        result.timings_ms["command"] = (time.monotonic() - t0) * 1e3
+        log.debug("the home's sentences %s scored %s against %.3f", texts[1:], [round(x, 3) for x in scores[1:]],
+                  scores[0])
+        best = max(range(1, len(texts)), key=lambda i: scores[i], default=0)
+        chosen_intent = sentences.recognize(texts[best]) if best else None
+        if not best or scores[best] < scores[0] - COMMAND_MARGIN or chosen_intent is None:
+            return result
+        chosen = texts[best]
+        first, last = result.segments[0], result.segments[-1]
+        tokens = tuple(self.tokenizer.encode(" " + chosen))
+        segment = TextSegment(start=first.start, end=last.end, text=" " + chosen, tokens=tokens,
+                              avg_logprob=scores[best], no_speech_prob=first.no_speech_prob,
+                              compression_ratio=compression_ratio(chosen))
+        return replace(result, text=chosen, segments=(segment,), intent=chosen_intent,
+                       context=tuple([*walk.context[: walk.before], *tokens][-self.max_prompt:]))
+
+    def _grammar(self, graph: WordGraph) -> GrammarSearch:
+        """The search for a graph, kept while its vocabulary is in use (a few at a time)."""
+        key = id(graph)
+        if key not in self._searches or self._searches[key][0] is not graph:
+            if len(self._searches) >= KEYTERM_CACHE:
+                self._searches.pop(next(iter(self._searches)))
+            self._searches[key] = (graph, GrammarSearch(graph, self.tokenizer.encode, self.tokenizer.decode,
+                                                        self.bundle.tokens.eot))
+        return self._searches[key][1]
+
+    def _transcription(self, walk: _Walk, complete: bool) -> Transcription:
+        segments = tidy(walk.segments, complete=complete)
+        return Transcription(text="".join(s.text for s in segments).strip(), segments=tuple(segments),
+                             language=walk.language or "en", windows=walk.windows, tokens=walk.tokens,
+                             consumed_samples=walk.seek, dropped_windows=walk.dropped,
+                             runaway_windows=walk.runaway, decoder_steps=walk.steps,
+                             timings_ms=walk.timings, context=tuple(walk.context[-self.max_prompt:]))
 
     @property
     def max_prompt(self) -> int:
@@ -204,24 +401,30 @@ class Transcriber:
 
     def _decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool,
                 prompt: list[int], language: str | None, speech: SpeechMap | None = None,
-                should_stop: Callable[[], bool] | None = None, more: bool = False) -> _Decoded:
+                should_stop: Callable[[], bool] | None = None, more: bool = False,
+                keyterms: tuple[tuple[int, ...], ...] = ()) -> _Decoded:
         """Decode a window; if it fails a gate and on_gate_fail is "retry", again at each
         fallback temperature (openai's and faster-whisper's temperature fallback). A window
-        that fails them all keeps its best attempt, unless it is silence (the no_speech gate)."""
-        options = replace(self.options, language=language)
+        that fails them all keeps its best attempt, unless it is silence (the no_speech gate).
+        `prompt`: the earlier text; `keyterms`: the vocabulary's names and terms, whose tokens get
+        a boost. The names are no prompt here: before free speech they cost more words than they
+        put right (docs/benchmarks.md); they are the prompt of the home's sentences only."""
+        options = replace(self.options, language=language, keyterms=keyterms,
+                          keyterm_boost=KEYTERM_BOOST if keyterms else 0.0)
         temperatures = self.fallback.temperatures() if self.on_gate_fail == "retry" else (0.0,)
         spent, steps = 0.0, 0
         attempts: list[tuple[_Decoded, WindowStats]] = []
         rng = np.random.default_rng(SAMPLING_SEED)  # seeded per window: the same audio, the same text
         for temperature in temperatures:
             # a high temperature's sample does not follow the prompt: drop it (faster-whisper)
-            text_before = prompt if temperature <= self.fallback.prompt_reset_temperature else []
+            earlier = prompt if temperature <= self.fallback.prompt_reset_temperature else []
+            text_before = earlier[-self.max_prompt:]
             result = self.decode(self.decoder, features, replace(options, temperature=temperature),
                                  len(chunk) / self.spec.sample_rate, silence, prompt=text_before,
                                  rng=rng, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += int(result.timings_ms["steps"])
-            pieces, advance = self._keep(result, chunk, last, speech, more)
+            pieces, advance = self._keep(result, chunk, last, speech, more, temperature)
             stats = self._stats(result, pieces)
             verdict = check(self.gates, stats)
             attempts.append((_Decoded(pieces, result, advance, verdict, spent, steps), stats))
@@ -239,13 +442,15 @@ class Transcriber:
         return decoded
 
     def _words(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult, offset: float,
-               timings: dict[str, float], complete: bool) -> tuple[list[Piece], list[tuple[Word, ...]]]:
+               timings: dict[str, float], complete: bool,
+               continues: bool = False) -> tuple[list[Piece], list[tuple[Word, ...]]]:
         """Each kept piece's words, timed from the audio start (none without output.words). The
-        last window of audio decoded in several, when its text runs to the end of its audio,
-        loses the words at its end that have no audio under them (`drop_unspoken_tail`): such a
-        window holds the end of the speech only, and with little audio the decoder runs on."""
+        last window of audio decoded in several (`continues`: windows or a call before it),
+        when its text runs to the end of its audio, loses the words at its end that have no
+        audio under them (`drop_unspoken_tail`): such a window holds the end of the speech
+        only, and with little audio the decoder runs on."""
         sr = self.spec.sample_rate
-        runs_to_end = (bool(pieces) and complete and offset > 0
+        runs_to_end = (bool(pieces) and complete and continues
                        and _end(pieces[-1], chunk, sr) > len(chunk) / sr - EDGE_S)
         aligner = self._judge() if runs_to_end else self.aligner
         if aligner is None:
@@ -285,8 +490,8 @@ class Transcriber:
         return WindowStats(text, float(np.mean(lps)) if lps else result.avg_logprob,
                            result.no_speech_prob, compression_ratio(text))
 
-    def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool,
-              speech: SpeechMap | None = None, more: bool = False) -> tuple[list[Piece], int]:
+    def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool, speech: SpeechMap | None = None,
+              more: bool = False, temperature: float = 0.0) -> tuple[list[Piece], int]:
         """The pieces to keep and how many samples they account for: up to where the text
         starts repeating itself over audio that does not (a short window makes the decoder
         run on past the speech), and, given the VAD's `speech`, only pieces spoken. `more`:
@@ -294,8 +499,10 @@ class Transcriber:
         sr = self.spec.sample_rate
         decoded = split_segments(result, self.bundle.tokens.timestamp_begin, self.bundle.audio.seconds_per_position)
         times = self._token_times(decoded, chunk, result)
-        # a window that ran to the token cap is looping: speech under a repeat proves nothing
-        _, loop_from = find_loop(decoded, None if result.hit_cap else speech, times)
+        loop_from = None
+        if self.guards.repeats:
+            # a window that ran to the token cap is looping: speech under a repeat proves nothing
+            _, loop_from = find_loop(decoded, None if result.hit_cap else speech, times, self._word_key)
         if loop_from is not None and more and decoded[loop_from].start >= MIN_ADVANCE_S:
             # a loop (the window's edge makes greedy decoding run on) stamps even the looped
             # phrase's first saying too early: decode from where that piece began again
@@ -303,11 +510,38 @@ class Transcriber:
             pieces, advance = decoded[:loop_from], int(decoded[loop_from].start * sr)
         else:
             pieces, advance = self._closed(decoded, result, chunk, last)
-            pieces = trim_repeats(pieces, speech, times)  # a prefix of `decoded`: the same times
+            if self.guards.repeats:
+                pieces = trim_repeats(pieces, speech, times, self._word_key)  # a prefix of `decoded`: the same times
         if speech is not None:
-            pieces = [p for p in pieces
-                      if keep_segment(speech, p.start, _end(p, chunk, sr), self.tokenizer.decode(p.tokens))]
+            spoken = [p for p in pieces if self._spoken(p, _end(p, chunk, sr), result, speech, temperature)]
+            # the rules never empty a window the VAD hears speech in: its only text may be what
+            # was said ("mute", heard as "You...", is no "you" over silence)
+            if spoken or not speech.is_spoken(0.0, len(chunk) / sr):
+                pieces = spoken
         return pieces, advance
+
+    def _spoken(self, piece: Piece, end: float, result: WindowResult, speech: SpeechMap,
+                temperature: float) -> bool:
+        """Keep a piece unless the audio under it says it was not spoken: no speech under it
+        while the decoder doubts it too (`_doubted`), or a stock phrase over little speech. The
+        VAD alone is not enough: it misses quiet speech (measured: webrtcvad heard 3 frames of a
+        FLEURS sentence at -67 dBFS that Whisper read right at once)."""
+        text = self.tokenizer.decode(piece.tokens)
+        if self.guards.silent_segments and silent(speech, piece.start, end) and self._doubted(
+                piece, text, result, temperature):
+            return False
+        return not (self.guards.stock_phrases and stock_phrase_unspoken(speech, piece.start, end, text))
+
+    def _doubted(self, piece: Piece, text: str, result: WindowResult, temperature: float) -> bool:
+        """Does the decoder doubt a piece? Its window needed the temperature fallback, ran to the
+        token cap or is likelier silence than not, or a quality gate fails on the piece alone
+        (measured: a window of the silence after a VCTK sentence, read "and former rainbow." at
+        temperature 0.6 after three failed attempts)."""
+        silence = next((g.no_speech_threshold for g in self.gates if isinstance(g, NoSpeech)), 1.0)
+        if temperature > 0 or result.hit_cap or result.no_speech_prob > silence:
+            return True
+        stats = WindowStats(text, float(np.mean(piece.logprobs)), result.no_speech_prob, compression_ratio(text))
+        return check(self.gates, stats) is not None
 
     def _token_times(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult) -> TokenTimes | None:
         """The window's token times from the alignment heads, for the repeat rule; aligned at

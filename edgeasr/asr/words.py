@@ -24,6 +24,7 @@ from edgeasr.asr.decoding import DecoderSession
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.bundle import ALIGN_ROLE, Bundle
+from edgeasr.config import DecoderConfig
 from edgeasr.errors import ModelError
 from edgeasr.stages import Word
 
@@ -38,8 +39,9 @@ class Piece(Protocol):
 
 
 class WordAligner:
-    def __init__(self, bundle: Bundle, decoder: DecoderSession, precision: str = "int8",
-                 threads: int = 2, options: alignment.AlignOptions = alignment.DEFAULT_OPTIONS) -> None:
+    def __init__(self, bundle: Bundle, decoder: DecoderSession, precision: str = DecoderConfig.precision,
+                 threads: int = DecoderConfig.threads,
+                 options: alignment.AlignOptions = alignment.DEFAULT_OPTIONS) -> None:
         if not bundle.alignment_heads:
             raise ModelError(f"{bundle.root}: the manifest lists no alignment heads (no word timestamps)")
         suffix = "_int8" if precision == "int8" else ""
@@ -100,34 +102,7 @@ class WordAligner:
                 for words in alignment.per_piece(spans, bounds, self.options.max_median_s)]
 
 
-# ---------------------------------------------------------------- helpers for the window rules
-
-
-def words_between(words: Sequence[Word], start: float, end: float) -> list[Word]:
-    """The words that overlap [start, end) (seconds, the words' own time base)."""
-    return [w for w in words if w.start < end and w.end > start]
-
-
-def has_words(words: Sequence[Word], start: float, end: float) -> bool:
-    """Does any word lie in [start, end)? E.g. is the text after the VAD's end of speech."""
-    return bool(words_between(words, start, end))
-
-
-def split_at(words: Sequence[Word], t: float) -> tuple[list[Word], list[Word]]:
-    """The words before `t` and from `t` on, a word going by its middle: to cut a window's
-    text at the VAD's end of speech (the text of a part is `text_of` it)."""
-    before = [w for w in words if (w.start + w.end) / 2 < t]
-    return before, list(words[len(before):])
-
-
-def resume_at(words: Sequence[Word], edge: float, margin: float) -> tuple[list[Word], float | None]:
-    """For a window carried past its edge (speech goes on): the words complete before
-    `edge - margin`, and the start of the first word that is not (where the next window
-    should begin so that no word is cut in two), or None when every word is complete."""
-    for i, w in enumerate(words):
-        if w.end > edge - margin:
-            return list(words[:i]), w.start
-    return list(words), None
+# ---------------------------------------------------------------- a piece's words as text
 
 
 def text_of(words: Sequence[Word]) -> str:

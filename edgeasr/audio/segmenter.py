@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,26 +25,14 @@ from edgeasr.audio.clock import StreamClock
 from edgeasr.audio.vad import make_detector
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
-from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechDetector, SpeechSegment
-
-
-@dataclass(frozen=True)
-class OpenSegment:
-    """The segment being built: speech has begun and it is neither closed nor cut yet."""
-
-    seq: int  # the seq it will carry when emitted
-    start_sample: int
-    samples: np.ndarray  # int16, a copy of what it holds so far
-    speech_frames: int  # grows only while someone speaks: unchanged means no new speech
-    silence_ms: int  # non-speech at its end so far
-    speech_end_mono: float  # capture time of its last speech frame
-
-
-@dataclass
-class SegmenterCounters:
-    segments: int = 0  # emitted
-    dropped_short: int = 0  # closed with too little speech
-    cuts: int = 0  # cut at the window limit while speech went on
+from edgeasr.stages import (
+    SAMPLE_RATE,
+    AudioChunk,
+    OpenSegment,
+    SegmenterCounters,
+    SpeechDetector,
+    SpeechSegment,
+)
 
 
 def _frames(ms: float, frame_ms: int) -> int:
@@ -97,6 +85,8 @@ class PauseFinder:
 
 
 class Segmenter:
+    """stages.Segmenter: the VAD state machine above, over one window of preallocated frames."""
+
     def __init__(
         self,
         options: VadOptions,
@@ -137,10 +127,6 @@ class Segmenter:
     def clock(self) -> StreamClock:
         return self._clock
 
-    @property
-    def frame_samples(self) -> int:
-        return self._n
-
     def open_segment(self, copy: bool = True) -> OpenSegment | None:
         """A snapshot of the segment being built, or None while no one speaks. copy=False: its
         samples are a view of the segmenter's buffer, valid until the next push()."""
@@ -154,6 +140,7 @@ class Segmenter:
             speech_frames=len(spoken),
             silence_ms=self._silence_run * self._options.frame_ms,
             speech_end_mono=float(self._mono[spoken[-1]]) if len(spoken) else self._speech_mono,
+            speech_end_sample=self._first + (int(spoken[-1]) + 1) * self._n if len(spoken) else 0,
         )
 
     def reset(self) -> None:
@@ -276,6 +263,7 @@ class Segmenter:
             cut_in_pause=in_pause,
             seq=self._seq,
             speech_frames=len(spoken),
+            speech_end_sample=start + (int(spoken[-1]) + 1) * self._n if len(spoken) else 0,
         )
         self._seq += 1
         self._counters.segments += 1

@@ -19,7 +19,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from edgeasr.audio.files import warn_if_truncated
+from edgeasr.audio.files import check_finite, check_header, check_path, warn_if_truncated
 from edgeasr.errors import AudioError, MissingInputError
 from edgeasr.stages import SAMPLE_RATE, AudioChunk
 
@@ -53,12 +53,18 @@ class FileSource:
         self.path = Path(path)
         if self.path.is_dir():
             raise MissingInputError(f"{self.path}: is a directory, not an audio file")
+        check_path(str(self.path))
         if not self.path.is_file():
             raise MissingInputError(f"{self.path}: no such audio file")
         try:
             self._file = sf.SoundFile(str(self.path))
         except (sf.LibsndfileError, RuntimeError) as exc:
             raise AudioError(f"{self.path}: cannot decode audio ({exc})") from None
+        try:
+            check_header(str(self.path), self._file.samplerate, self._file.frames)
+        except AudioError:
+            self._file.close()
+            raise
         self.native_rate = self._file.samplerate
         self.channels = self._file.channels
         self._block = max(1, self.native_rate * block_ms // 1000)
@@ -105,6 +111,7 @@ class FileSource:
                 data = self._file.read(self._block, dtype="float32", always_2d=True)
             except (sf.LibsndfileError, RuntimeError) as exc:
                 raise AudioError(f"{self.path}: cannot decode audio ({exc})") from None
+            check_finite(data, str(self.path))
             last = len(data) < self._block or self._file.tell() >= self._file.frames
             mono = data.mean(axis=1) if self.channels > 1 else data[:, 0]
             if self._resampler is not None:

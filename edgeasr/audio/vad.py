@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeasr.config import VadOptions
+from edgeasr.config import VAD_DETECTORS, VadOptions
 from edgeasr.errors import ConfigError, ToolMissingError
 from edgeasr.stages import SAMPLE_RATE, SpeechDetector
 
-DETECTORS = ("webrtc", "silero", "ten")
 HYSTERESIS = 0.15  # faster-whisper's neg_threshold = threshold - 0.15
 SILERO_BLOCK = 512  # samples per Silero verdict at 16 kHz (fixed by the model)
 TEN_HOP = 256  # samples per TEN VAD verdict (16 ms; its recommended hop)
@@ -108,4 +107,4 @@ def make_detector(options: VadOptions) -> SpeechDetector:
         return SileroDetector(options.threshold)
     if options.detector == "ten":
         return TenDetector(options.threshold)
-    raise ConfigError(f"vad.detector: {options.detector!r} is not allowed ({', '.join(DETECTORS)})")
+    raise ConfigError(f"vad.detector: {options.detector!r} is not allowed ({', '.join(VAD_DETECTORS)})")

@@ -28,9 +28,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from edgeasr.config import DECODER_PRESETS, DecoderConfig
 from edgeasr.errors import MissingInputError, ToolMissingError
+
+if TYPE_CHECKING:
+    from edgeasr.models.scoring import Entry, Scorer
 
 ROWS = {
     "30s-fp32": "30 s encoder fp32 (reference)",
@@ -40,15 +44,15 @@ ROWS = {
     "faster-whisper": "faster-whisper int8, greedy",
     "faster-whisper-beam5": "faster-whisper int8, beam 5",
 }
-PRESETS = ("conservative", "balanced", "aggressive")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark the engine variants on an audio set")
-    p.add_argument("--dataset", dest="set_dir", type=Path, required=True, metavar="DIR",
-                   help="a directory with manifest.tsv (id, file, duration_s, reference)")
+    p.add_argument("--dataset", dest="set_dirs", type=Path, action="append", required=True, metavar="DIR",
+                   help="a directory with manifest.tsv (id, file, duration_s, reference); repeat it to pool "
+                   "several sets, scored as one")
     p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=DecoderConfig().threads, help="onnxruntime threads of every row")
     p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
     p.add_argument("--no-presets", action="store_true", help="skip the per-preset rows")
@@ -204,13 +208,14 @@ def _open_row(args):
     from edgeasr.asr.engine import single_threaded_blas
     from edgeasr.audio.files import load_audio
     from edgeasr.models.default import open_bundle
+    from edgeasr.models.scoring import read_entries
 
     single_threaded_blas()  # every row, faster-whisper's too (its features use numpy as well)
     bundle = open_bundle(_row_config(args, {}))
-    utterances = read_set(args.set_dir, args.limit)
+    utterances = read_entries(args.set_dirs, args.limit)
 
-    def load(u: dict):
-        return load_audio(args.set_dir / u["file"], bundle.audio.sample_rate)
+    def load(u: Entry):
+        return load_audio(u.path, bundle.audio.sample_rate)
 
     return _runner(bundle, args, args.row), utterances, load
 
@@ -226,7 +231,7 @@ def run_row(args) -> dict:
         audio = load(u)
         cpu = time.process_time()  # all of the process's threads: spinning ones count
         r = run(audio)
-        r.update(id=u["id"], duration_s=float(u["duration_s"]), cpu_ms=(time.process_time() - cpu) * 1e3)
+        r.update(id=u.id, duration_s=u.duration_s, cpu_ms=(time.process_time() - cpu) * 1e3)
         results.append(r)
     return {"results": results, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -246,16 +251,11 @@ def serve_row(args) -> None:
 # ---------------------------------------------------------------- the table (parent)
 
 
-def summarize(data: dict, references: dict[str, str]) -> dict:
+def summarize(data: dict, scorer: Scorer) -> dict:
     if "skipped" in data:
         return {"skipped": data["skipped"]}
-    import jiwer
-    from whisper_normalizer.english import EnglishTextNormalizer
-
-    norm = EnglishTextNormalizer()
     res = data["results"]
-    refs = [norm(references[r["id"]]) for r in res]
-    hyps = [norm(r["text"]) for r in res]
+    hyps = [r["text"] for r in res]
     totals = sorted(r["total_ms"] for r in res)
 
     def med(key):
@@ -266,6 +266,7 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
     dec = sum(r["decoder_ms"] or 0 for r in res)
     windows = sum(r["windows"] or 0 for r in res)
     per_window = sorted(r["encoder_ms"] / r["windows"] for r in res if r["windows"])
+    score = scorer.score(hyps)
     return {
         "utterances": len(res),
         "encoder_ms_median": med("encoder_ms"), "decoder_ms_median": med("decoder_ms"),
@@ -277,7 +278,11 @@ def summarize(data: dict, references: dict[str, str]) -> dict:
         "decoder_ms_per_token_median": round(statistics.median(
             r["decoder_ms"] / r["steps"] for r in res), 2) if steps else None,
         "windows": windows or None, "decoder_steps": steps or None,
-        "wer": round(jiwer.wer(refs, hyps), 4), "cer": round(jiwer.cer(refs, hyps), 4),
+        "wer": round(score.wer, 4), "cer": round(score.cer, 4),
+        "substitutions": score.substitutions, "deletions": score.deletions, "insertions": score.insertions,
+        "empty": score.empty,
+        "groups": {name: {"wer": round(g.wer, 4), "cer": round(g.cer, 4), "deletions": g.deletions}
+                   for name, g in scorer.per_group(hyps).items()},
         "runaway_windows": sum(r["runaway"] for r in res),
         "peak_rss_mb": round(data["peak_rss_mb"], 1),
     }
@@ -337,7 +342,8 @@ def _child_cmd(args, row: str, preset: str | None = None) -> list[str]:
     config = ["--config", str(args.config)] if args.config else []
     sets = [arg for item in args.set for arg in ("--set", item)]
     cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", *config, *sets, "bench",
-           "--dataset", str(args.set_dir), "--threads", str(args.threads), "--limit", str(args.limit),
+           *(arg for d in args.set_dirs for arg in ("--dataset", str(d))), "--threads", str(args.threads),
+           "--limit", str(args.limit),
            "--row", row] + (["--preset", preset] if preset else [])
     return cmd + ["--model", str(args.model)] if args.model else cmd
 
@@ -363,6 +369,7 @@ def markdown(report: dict) -> str:
         cells = ["n/a" if row[c] is None else (f"{row[c]:.2%}" if c in ("wer", "cer") else f"{row[c]:g}")
                  for c in cols]
         lines.append(f"| {ROWS.get(name, name)} | " + " | ".join(cells) + " |")
+    lines += _accuracy_table(report["rows"])
     lines += ["", "| preset | WER | runaway windows | total ms (median) |", "|---|---|---|---|"]
     for name, row in report.get("presets", {}).items():
         if "skipped" in row:
@@ -376,6 +383,21 @@ def markdown(report: dict) -> str:
     for key, value in report.get("ratios", {}).items():
         lines.append(f"\n{key}: {value}")
     return "\n".join(lines)
+
+
+def _accuracy_table(rows: dict) -> list[str]:
+    """Each row's errors by kind, its empty transcripts, and its WER per group."""
+    scored = {name: row for name, row in rows.items() if "groups" in row}
+    if not scored:
+        return []
+    groups = list(next(iter(scored.values()))["groups"])
+    lines = ["", "| row | substitutions / deletions / insertions | empty | " + " | ".join(
+        f"WER {g}" for g in groups) + " |", "|---|---|---|" + "---|" * len(groups)]
+    for name, row in scored.items():
+        cells = [f"{row['groups'][g]['wer']:.2%}" for g in groups]
+        lines.append(f"| {ROWS.get(name, name)} | {row['substitutions']} / {row['deletions']} / "
+                     f"{row['insertions']} | {row['empty']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(report: dict, path: Path) -> None:
@@ -413,23 +435,26 @@ def main(args: argparse.Namespace) -> int:
 
     bundle = open_bundle(_row_config(args, {}))  # prepares the default bundle once, before the children
     args.model = args.model or bundle.root
-    references = {u["id"]: u["reference"] for u in read_set(args.set_dir, args.limit)}
+    from edgeasr.models.scoring import Scorer, read_entries
+
+    entries = read_entries(args.set_dirs, args.limit)
+    scorer = Scorer(entries, bundle.audio.window_s, language=_row_config(args, {}).model.language or "en")
     report = {"date": dt.date.today().isoformat(),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-              "threads": args.threads, "model": bundle.name, "utterances": len(references),
+              "threads": args.threads, "model": bundle.name, "utterances": len(entries),
               "rows": {}, "presets": {}}
     for row in [r for r in args.rows.split(",") if r]:
         print(f"bench: {ROWS.get(row, row)} ...", file=sys.stderr)
-        report["rows"][row] = summarize(_child(args, row), references)
+        report["rows"][row] = summarize(_child(args, row), scorer)
     if not args.no_presets:
-        for preset in PRESETS:
+        for preset in DECODER_PRESETS:
             print(f"bench: preset {preset} ...", file=sys.stderr)
-            report["presets"][preset] = summarize(_child(args, "10s-int8", preset), references)
+            report["presets"][preset] = summarize(_child(args, "10s-int8", preset), scorer)
     ours, fw = report["rows"].get("10s-int8", {}), report["rows"].get("faster-whisper", {})
     if "total_ms_median" in ours and "total_ms_median" in fw:
         report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
         print("bench: ours and faster-whisper, interleaved ...", file=sys.stderr)
-        pair = summarize_interleaved(interleaved(args, ("10s-int8", "faster-whisper"), len(references)))
+        pair = summarize_interleaved(interleaved(args, ("10s-int8", "faster-whisper"), len(entries)))
         report["interleaved"] = pair
         if "ratio_median" in pair:
             report["ratios"]["faster-whisper median / ours, interleaved"] = round(

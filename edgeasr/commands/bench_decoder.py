@@ -15,6 +15,8 @@ import json
 import statistics
 from pathlib import Path
 
+from edgeasr.config import DecoderConfig
+
 GREEDY, WORDS = "greedy", "greedy+words"
 
 
@@ -24,7 +26,7 @@ def register(subparsers) -> None:
                    help="a directory with manifest.tsv (id, file, duration_s, reference)")
     p.add_argument("--model", type=Path, default=None, help="bundle (imported --with beam for beams)")
     p.add_argument("--beams", default="2,3,5", help="comma-separated beam sizes (empty: none)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=DecoderConfig().threads)
     p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.set_defaults(func=main)

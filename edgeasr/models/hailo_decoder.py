@@ -51,7 +51,6 @@ SEQUENCE_LENGTHS = {384: 32, 512: 24}
 
 ONNX_NAME = "hailo_decoder.onnx"
 EMBEDDING_NAME = "token_embedding.npy"
-INPUTS = (FEATURES_INPUT, EMBEDDINGS_INPUT)  # the runtime's contract (edgeasr.asr.reference_decoder)
 OUTPUTS = tuple(f"logits_{i}" for i in range(N_OUTPUT_SPLITS))
 NHWC_ROWS_TO_NCHW = [0, 3, 2, 1]  # [1, 1, L, d] -> [1, d, L, 1]
 

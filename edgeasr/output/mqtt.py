@@ -107,6 +107,7 @@ class MqttPublisher:
         model: str,
         backend: str,
         metrics: Callable[[], Mapping[str, Any]] | None = None,
+        intent: bool = False,
     ) -> None:
         if not options.host:
             raise ConfigError("mqtt.host: needed for MQTT output (null means stdout only)")
@@ -114,6 +115,7 @@ class MqttPublisher:
         self._spool = Spool(outbox)
         self.topics = Topics.for_device(options.topic_prefix, device_id)
         self._info = {"version": version, "model": model, "backend": backend}
+        self._intent = intent  # output.intent
         self._metrics = metrics
         self.client_id = options.client_id or f"edgeasr-{device_id}"
         offline = msgs.dumps(msgs.status_message("offline"))
@@ -179,7 +181,7 @@ class MqttPublisher:
             self._publish_live(self.topics.partial, msgs.partial_message(transcript, device_id=self.device_id))
             return
         draft = msgs.build_transcript(transcript, device_id=self.device_id, model=self._info["model"],
-                                      backend=self._info["backend"])
+                                      backend=self._info["backend"], intent=self._intent)
         message = msgs.finish(draft, now_mono=time.monotonic())
         entry = self._spool.add(message)
         self._sender.wake()

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -86,6 +87,7 @@ class Outbox:
     @classmethod
     def in_state_dir(cls, state_dir: Path, max_items: int) -> Outbox:
         state_dir = Path(state_dir)
+        check_state_dir(state_dir)
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -94,6 +96,7 @@ class Outbox:
 
     @staticmethod
     def _open(path: Path) -> sqlite3.Connection:
+        _private(path)
         try:
             db = sqlite3.connect(
                 path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -226,6 +229,54 @@ class Outbox:
     @staticmethod
     def _counter(db: sqlite3.Connection, name: str) -> int:
         return db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()[0]
+
+
+def check_state_dir(state_dir: Path) -> str:
+    """Raise OutputError (naming state_dir) unless the daemon can create and write files in
+    `state_dir` (creating it, and its missing parents, first); nothing is written here. Returns
+    what it found, for `edgeasr check`."""
+    path = Path(state_dir)
+    missing = 0
+    while True:
+        if path.is_symlink() and not path.exists():
+            raise OutputError(f"state_dir: {path} is a symbolic link to {os.readlink(path)}, which does not exist")
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            if path.parent == path:
+                raise OutputError(f"state_dir: {state_dir}: no part of the path exists") from None
+            path, missing = path.parent, missing + 1
+            continue
+        except OSError as exc:
+            raise OutputError(f"state_dir: cannot look at {path}: {exc.strerror or exc}") from exc
+        break
+    if not stat.S_ISDIR(mode):
+        raise OutputError(f"state_dir: {path} is not a directory" + (f" (in {state_dir})" if missing else ""))
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"state_dir: {path} cannot be written by user {_user()}")
+    return "writable" if not missing else f"to be created in {path}"
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _private(path: Path) -> None:
+    """The database (transcript text) readable by its owner only, whatever the umask: created
+    0600 before SQLite opens it, which gives its -wal and -shm files the same mode; files an
+    earlier version left open to others are closed to them."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), path.with_suffix(SEQ_MARK_SUFFIX)):
+            if name.exists() and name.stat().st_mode & 0o077:
+                name.chmod(0o600)
+    except OSError as exc:
+        raise OutputError(f"state_dir: cannot create the outbox database {path}: {exc.strerror or exc}") from exc
 
 
 class _SeqMark:

@@ -108,12 +108,16 @@ def _set_tls(client: Any, options: MqttConfig) -> None:
             raise MissingInputError(f"mqtt.tls.{key}: {path} does not exist")
     if (tls.cert is None) != (tls.key is None):
         raise ConfigError("mqtt.tls.cert: mqtt.tls.cert and mqtt.tls.key go together")
-    client.tls_set(
-        ca_certs=_opt_str(tls.ca),
-        certfile=_opt_str(tls.cert),
-        keyfile=_opt_str(tls.key),
-        tls_version=ssl.PROTOCOL_TLS_CLIENT,
-    )
+    try:
+        client.tls_set(
+            ca_certs=_opt_str(tls.ca),
+            certfile=_opt_str(tls.cert),
+            keyfile=_opt_str(tls.key),
+            tls_version=ssl.PROTOCOL_TLS_CLIENT,
+        )
+    except (ssl.SSLError, OSError) as exc:  # not a certificate, a key that does not match, ...
+        raise ConfigError(f"mqtt.tls: cannot load {_opt_str(tls.ca)}, {_opt_str(tls.cert)}, "
+                          f"{_opt_str(tls.key)}: {exc}") from exc
 
 
 def _opt_str(path: Path | None) -> str | None:

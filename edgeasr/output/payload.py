@@ -24,12 +24,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from edgeasr.errors import OutputError
-from edgeasr.stages import Transcript, Word
+from edgeasr.stages import Intent, Transcript, Word
 
 SCHEMA_RESOURCE = "transcript.schema.json"
 HA_STATE_MAX_CHARS = 255  # Home Assistant rejects longer entity states
 HERMES_TEXT_CAPTURED_TOPIC = "hermes/asr/textCaptured"
-HERMES_DEFAULT_SITE_ID = "default"  # Hermes' own default siteId
 _SPEECH_END_MONO = "_speech_end_mono"  # private draft key: time.monotonic() at end of speech
 
 
@@ -47,8 +46,10 @@ def utc_iso(moment: dt.datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
-def build_transcript(transcript: Transcript, *, device_id: str, model: str, backend: str) -> dict[str, Any]:
-    """A transcript draft; publishers complete it with `finish`."""
+def build_transcript(transcript: Transcript, *, device_id: str, model: str, backend: str,
+                     intent: bool = False) -> dict[str, Any]:
+    """A transcript draft; publishers complete it with `finish`. intent: carry what the
+    transcript asks of the home, when it is one of its commands (output.intent)."""
     segment, transcription = transcript.segment, transcript.transcription
     timings = transcription.timings_ms
     parts = {name: round(float(timings.get(name, 0.0)), 1) for name in ("features", "encoder", "decoder")}
@@ -69,8 +70,14 @@ def build_transcript(transcript: Transcript, *, device_id: str, model: str, back
         "timings_ms": {**parts, "total": round(transcript.busy_ms, 1)},
         "latency_ms": None,
         **({"words": words} if words else {}),  # output.words: the engine timed them
+        **({"intent": intent_message(transcription.intent)} if intent and transcription.intent else {}),
         _SPEECH_END_MONO: segment.speech_end_mono,
     }
+
+
+def intent_message(intent: Intent) -> dict[str, Any]:
+    """An intent as Home Assistant's matcher returns it: its name, and each slot's value."""
+    return {"name": intent.name, "slots": dict(intent.slots)}
 
 
 def word_message(word: Word) -> dict[str, Any]:
@@ -216,8 +223,9 @@ class StdoutPublisher:
     """
 
     def __init__(self, *, device_id: str, model: str, backend: str, stream: TextIO | None = None,
-                 next_seq: Callable[[], int] | None = None) -> None:
+                 next_seq: Callable[[], int] | None = None, intent: bool = False) -> None:
         self._source = {"device_id": device_id, "model": model, "backend": backend}
+        self._intent = intent  # output.intent
         self._stream = stream if stream is not None else sys.stdout
         self._next_seq = next_seq or itertools.count(1).__next__
         self._lock = threading.Lock()  # one line at a time, in seq order
@@ -225,7 +233,7 @@ class StdoutPublisher:
     def publish(self, transcript: Transcript) -> None:
         if transcript.partial:
             return  # a JSON-lines consumer wants each utterance once
-        draft = build_transcript(transcript, **self._source)
+        draft = build_transcript(transcript, **self._source, intent=self._intent)
         with self._lock:
             message = finish(draft, now_mono=time.monotonic(), seq=self._next_seq())
             try:

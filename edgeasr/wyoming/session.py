@@ -16,6 +16,11 @@ Decoding while the user still speaks:
   committed text (`Transcription.context`): the request reads as `edgeasr transcribe` reads
   the same audio, window by window (measured on the dev set: committing whatever had arrived,
   without that context, cost 7 points of WER over 10 s).
+
+Cost linear in the audio however it is chunked: a chunk's bytes are appended to a raw buffer,
+converted once at least `CONVERT_S` of audio is there (a client sending one sample per event
+costs a byte copy per event, not a conversion), into a float buffer that grows by doubling.
+`wyoming.max_audio_s` is checked on the bytes, before anything is converted.
 """
 
 from __future__ import annotations
@@ -30,12 +35,16 @@ import numpy as np
 import soxr
 
 from edgeasr.errors import EdgeAsrError
-from edgeasr.stages import SAMPLE_RATE, SpeechDetector
+from edgeasr.speech_end import decode_until
+from edgeasr.stages import SAMPLE_RATE, SpeechDetector, Vocabulary
 from edgeasr.worker import Job, Lane, LaneFull
 
 SAMPLE_TYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
 FULL_SCALE = {1: 128.0, 2: 32768.0, 4: 2147483648.0}
 INT16_SCALE = 32767.0
+MIN_RATE, MAX_RATE = 1000, 384_000  # Hz a client may send
+MAX_CHANNELS = 32
+CONVERT_S = 0.02  # raw audio gathered before it is converted (Home Assistant's chunks are longer)
 
 
 class SessionError(EdgeAsrError):
@@ -86,6 +95,40 @@ class StablePrefix:
         return (" " if n else "") + " ".join(new)
 
 
+def audio_format(rate: Any, width: Any, channels: Any) -> tuple[int, int, int]:
+    """An audio-start's format, checked: what the session can convert."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rate, width, channels)):
+        raise SessionError(f"audio-start: rate, width and channels must be integers (got {rate!r}, {width!r}, "
+                           f"{channels!r})"[:200])
+    if width not in SAMPLE_TYPES:
+        raise SessionError(f"audio-start: width {width} is not supported (1, 2 or 4 bytes)")
+    if not MIN_RATE <= rate <= MAX_RATE or not 1 <= channels <= MAX_CHANNELS:
+        raise SessionError(f"audio-start: rate {rate} Hz and {channels} channels are not usable "
+                           f"({MIN_RATE}..{MAX_RATE} Hz, 1..{MAX_CHANNELS} channels)")
+    return rate, width, channels
+
+
+class _Samples:
+    """16 kHz float32 audio, appended to in amortised constant time (capacity doubles). Views
+    handed out stay valid: a reallocation leaves the old array to them."""
+
+    def __init__(self, capacity: int) -> None:
+        self._buf = np.zeros(max(1, capacity), np.float32)
+        self.n = 0
+
+    def append(self, samples: np.ndarray) -> None:
+        need = self.n + len(samples)
+        if need > len(self._buf):
+            grown = np.zeros(max(need, 2 * len(self._buf)), np.float32)
+            grown[: self.n] = self._buf[: self.n]
+            self._buf = grown
+        self._buf[self.n : need] = samples
+        self.n = need
+
+    def view(self, start: int = 0, end: int | None = None) -> np.ndarray:
+        return self._buf[start : self.n if end is None else min(end, self.n)]
+
+
 def to_float(pcm: bytes, width: int, channels: int) -> np.ndarray:
     """Interleaved PCM -> float32 mono in [-1, 1) (channels averaged)."""
     frame = width * channels
@@ -101,8 +144,10 @@ def to_float(pcm: bytes, width: int, channels: int) -> np.ndarray:
 class _Speculation:
     speech_frames: int  # the session's speech when it was taken: more means it is stale
     committed: int  # and its committed samples: a commit since makes it stale too
+    speech_end: int  # where the speech it holds ends (the session's samples)
     job: Job
     text: str | None = None
+    read: int = 0  # the samples it decoded, from `committed`: the final must read the same
 
 
 @dataclass(frozen=True)
@@ -112,6 +157,7 @@ class SessionOptions:
     partial_interval_ms: int  # pipeline.partial_interval_ms (0: none)
     speculate_after_ms: int | None  # pipeline.speculate_after_ms (None: no speculation)
     frame_ms: int  # vad.frame_ms
+    endpoint_ms: int | None = None  # wyoming.endpoint_ms (None: the transcript waits for audio-stop)
 
 
 class Session:
@@ -119,19 +165,25 @@ class Session:
     thread, jobs run on the worker thread: the audio buffer is shared under a lock."""
 
     def __init__(self, lane: Lane, options: SessionOptions, detector: SpeechDetector, *,
-                 language: str | None, on_partial: Callable[[str], None],
+                 language: str | None, on_partial: Callable[[str], None], vocabulary: Vocabulary = Vocabulary(),
                  on_final: Callable[[Result], None], on_error: Callable[[Exception], None],
+                 on_endpoint: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.lane, self.options, self.detector = lane, options, detector
-        self.language, self.clock = language, clock
+        self.language, self.clock, self.vocabulary = language, clock, vocabulary
         self.window = int(options.window_s * SAMPLE_RATE)
         self.frame = SAMPLE_RATE * options.frame_ms // 1000
         self.on_partial, self.on_final, self.on_error = on_partial, on_final, on_error
+        self.on_endpoint = on_endpoint  # the speech has ended (wyoming.endpoint_ms): answer now
         self._lock = threading.Lock()
-        self._audio = np.zeros(0, np.float32)
+        self._audio = _Samples(SAMPLE_RATE)  # grows to at most max_audio_s (and the resampler's tail)
+        self._raw = bytearray()  # received, not yet converted
+        self._frames_in = 0  # frames received, at the client's rate: what max_audio_s counts
+        self._convert_bytes = 1
         self._judged = 0  # samples the VAD has seen
         self._speech_frames = 0
         self._silent_frames = 0  # at the end
+        self._speech_end = 0  # the end of the last speech frame (samples)
         self._committed = 0  # samples whose text is in _text
         self._text = ""  # committed text
         self._context: tuple[int, ...] = ()  # its last tokens: the prompt of what follows (worker thread)
@@ -142,31 +194,39 @@ class Session:
         self._committing = False
         self._speculation: _Speculation | None = None
         self.prefix = StablePrefix()
-        self.speculation_used = False
 
     # -- the event-loop thread ----------------------------------------------------------------
     def start(self, rate: int, width: int, channels: int) -> None:
-        if width not in SAMPLE_TYPES:
-            raise SessionError(f"audio-start: width {width} is not supported (1, 2 or 4 bytes)")
-        if not 1000 <= rate <= 384_000 or not 1 <= channels <= 32:
-            raise SessionError(f"audio-start: rate {rate} Hz and {channels} channels are not usable")
-        self._format = (rate, width, channels)
+        self._format = audio_format(rate, width, channels)
+        self._convert_bytes = max(1, int(rate * CONVERT_S)) * width * channels
         if rate != SAMPLE_RATE:
             self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
         self._partial_due = self.clock() + self.options.partial_interval_ms / 1000
 
-    def add(self, pcm: bytes, rate: int, width: int, channels: int) -> None:
+    def budget_bytes(self) -> int:
+        """The most audio bytes the session may still take (wyoming.max_audio_s), so that a
+        chunk over it is refused before it is read."""
+        if self._format is None:
+            return 0
+        rate, width, channels = self._format
+        frame = width * channels
+        frames = int(self.options.max_audio_s * rate) - (self._frames_in + len(self._raw) // frame)
+        return max(0, frames) * frame + frame - 1 - len(self._raw) % frame
+
+    def add(self, pcm: bytes, rate: object, width: object, channels: object) -> None:
+        """Audio as the client sent it; its format must be audio-start's."""
         if self._format is None:
             raise SessionError("audio-chunk before audio-start")
         if (rate, width, channels) != self._format:
             raise SessionError(f"audio-chunk format {rate} Hz/{width} B/{channels} ch differs from "
-                               f"audio-start's {self._format[0]} Hz/{self._format[1]} B/{self._format[2]} ch")
-        mono = to_float(pcm, width, channels)
-        if self._resampler is not None:
-            mono = self._resampler.resample_chunk(mono)
-        self._append(mono)
-        self._listen()
-        pending = len(self._audio) - self._committed
+                               f"audio-start's {self._format[0]} Hz/{self._format[1]} B/{self._format[2]} ch"[:300])
+        if len(pcm) > self.budget_bytes():
+            raise SessionTooLong(f"more than {self.options.max_audio_s:g} s of audio (wyoming.max_audio_s)")
+        self._raw += pcm
+        if len(self._raw) < self._convert_bytes:
+            return  # a tiny chunk: gathered, converted with the next ones
+        self._convert()
+        pending = self._audio.n - self._committed
         if pending > self.window and not self._committing:
             self._committing = True
             self._submit(Job(self._commit, pending / SAMPLE_RATE, failed=self.on_error))
@@ -180,14 +240,13 @@ class Session:
         """audio-stop: the final job (after any commit or speculation still queued)."""
         if self._format is None:
             raise SessionError("audio-stop before audio-start")
-        if self._resampler is not None:
-            self._append(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
-            self._listen()
+        self._convert(last=True)
         speculation = self._speculation
         if speculation is not None and speculation.speech_frames != self._speech_frames:
             speculation.job.cancel()
             speculation = None
-        self._submit(Job(lambda engine, should_stop: self._final(engine, speculation),
+        speech_end = self._speech_end
+        self._submit(Job(lambda engine, should_stop: self._final(engine, speculation, speech_end),
                          self.seconds, failed=self.on_error))
 
     def close(self) -> None:
@@ -196,44 +255,60 @@ class Session:
 
     @property
     def seconds(self) -> float:
-        return len(self._audio) / SAMPLE_RATE
+        return self._audio.n / SAMPLE_RATE
 
-    def _append(self, mono: np.ndarray) -> None:
-        with self._lock:
-            if len(self._audio) + len(mono) > self.options.max_audio_s * SAMPLE_RATE:
-                raise SessionTooLong(f"more than {self.options.max_audio_s:g} s of audio "
-                                     "(wyoming.max_audio_s)")
-            self._audio = np.concatenate([self._audio, mono.astype(np.float32, copy=False)])
+    def _convert(self, last: bool = False) -> None:
+        """The whole frames gathered so far to 16 kHz mono, appended; then the VAD over them."""
+        assert self._format is not None
+        _, width, channels = self._format
+        frame = width * channels
+        usable = len(self._raw) - len(self._raw) % frame
+        mono = to_float(bytes(self._raw[:usable]), width, channels)
+        del self._raw[:usable]
+        self._frames_in += usable // frame
+        if self._resampler is not None:
+            mono = self._resampler.resample_chunk(mono, last=last)
+        if len(mono):
+            with self._lock:
+                self._audio.append(mono)
+        self._listen()
 
     def _listen(self) -> None:
         """The VAD over the new whole frames: speech so far, and the pause at the end."""
-        while self._judged + self.frame <= len(self._audio):
-            frame = self._audio[self._judged : self._judged + self.frame]
+        while self._judged + self.frame <= self._audio.n:
+            frame = self._audio.view(self._judged, self._judged + self.frame)
             int16 = np.clip(frame * INT16_SCALE, -32768, 32767).astype(np.int16)
             self._judged += self.frame
             if self.detector.is_speech(int16):
                 self._speech_frames += 1
                 self._silent_frames = 0
+                self._speech_end = self._judged
                 if self._speculation is not None:
                     self._speculation.job.cancel()  # speech resumed: that decode is stale
                     self._speculation = None
             else:
                 self._silent_frames += 1
+                endpoint = self.options.endpoint_ms
+                if endpoint is not None and self._speech_frames and self._silent_frames * self.options.frame_ms == endpoint:
+                    self.on_endpoint()
 
     def _maybe_speculate(self) -> None:
         after = self.options.speculate_after_ms
         if (after is None or not self._speech_frames or self._speculation is not None
                 or self._silent_frames * self.options.frame_ms < after):
             return
-        speculation = _Speculation(self._speech_frames, self._committed, Job(lambda e, s: None, 0.0))
+        speculation = _Speculation(self._speech_frames, self._committed, self._speech_end,
+                                   Job(lambda e, s: None, 0.0))
 
         def run(engine: Any, should_stop: Callable[[], bool]) -> None:
             audio, committed = self._pending()
             if committed != speculation.committed:
                 return  # a commit came first: the final decodes what is left
+            audio = audio[: self._heard(audio, committed, speculation.speech_end)]
             speculation.text = self._transcribe(engine, audio, final=True, should_stop=should_stop).text
+            speculation.read = len(audio)
 
-        speculation.job = Job(run, (len(self._audio) - self._committed) / SAMPLE_RATE, failed=lambda exc: None)
+        speculation.job = Job(run, (self._audio.n - self._committed) / SAMPLE_RATE, failed=lambda exc: None)
         self._speculation = speculation
         self._submit(speculation.job)
 
@@ -246,12 +321,12 @@ class Session:
     # -- the worker thread ----------------------------------------------------------------------
     def _pending(self) -> tuple[np.ndarray, int]:
         with self._lock:
-            return self._audio[self._committed:], self._committed
+            return self._audio.view(self._committed), self._committed
 
     def _transcribe(self, engine: Any, audio: np.ndarray, final: bool,
                     should_stop: Callable[[], bool] | None = None, max_windows: int | None = None) -> Any:
         result = engine.transcribe(audio, final=final, language=self.language, should_stop=should_stop,
-                                   prompt=self._context, max_windows=max_windows)
+                                   prompt=self._context, max_windows=max_windows, vocabulary=self.vocabulary)
         if result.language:
             self._language = result.language
         return result
@@ -273,15 +348,22 @@ class Session:
             if delta:
                 self.on_partial(delta)
 
-    def _final(self, engine: Any, speculation: _Speculation | None) -> None:
+    def _final(self, engine: Any, speculation: _Speculation | None, speech_end: int) -> None:
         audio, committed = self._pending()
+        audio = audio[: self._heard(audio, committed, speech_end)]
         text = self._text
-        if speculation is not None and speculation.text is not None and speculation.committed == committed:
+        if (speculation is not None and speculation.text is not None and speculation.committed == committed
+                and speculation.read == len(audio)):
             text = _join(text, speculation.text)  # decoded during the pause before audio-stop
-            self.speculation_used = True
         elif len(audio):
             text = _join(text, self._transcribe(engine, audio, final=True).text)
         self.on_final(Result(" ".join(text.split()), self._language or "en"))
+
+    def _heard(self, audio: np.ndarray, committed: int, speech_end: int) -> int:
+        """How much of the audio not yet committed a final decode reads: what a speculation
+        taken in the pause after the speech holds (speech_end.decode_until), so the transcript
+        is the same text whether the speculation was ready in time or not."""
+        return decode_until(audio, max(0, speech_end - committed), self.options.speculate_after_ms)
 
 
 def _join(a: str, b: str) -> str:

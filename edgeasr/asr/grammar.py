@@ -1,0 +1,220 @@
+"""Decoding held to a home's sentences: a beam search in which every token must keep the text on
+a path of the home's WordGraph (stages.WordGraph: Home Assistant's templates with the home's
+names), so that what comes out is the home's sentence the audio is likeliest to be.
+
+A word or a name is spelled the ways the decoder writes it (with its leading space; as written,
+lower-cased, capitalized); a number is any run of digit tokens; a comma, a full stop or a
+question mark may come between words. The search reads the decoder as `decoding.score_texts`
+does (no timestamps, no logit rule), so its score compares with a free text's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeasr.asr import logits as rules
+from edgeasr.asr.beam import BatchDecoderSession
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, feed_prompt
+from edgeasr.stages import WordGraph
+
+BEAM = 3  # hypotheses kept at each step
+MAX_TOKENS = 32  # a command longer than this is not one of the home's
+MARKS = (",", ".", "?", "!")  # may come between words and at the end
+BARE = ("%", "-", "'s")  # written without a space before them
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A word or a name being spelled: one of its spellings, how far, and where it leads."""
+
+    tokens: tuple[int, ...]
+    at: int
+    to: int
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where a hypothesis is in the graph: the states a new word may start from (closed over
+    arcs that say nothing), the words under way, and the states after a number under way."""
+
+    states: frozenset[int]
+    units: tuple[_Unit, ...] = ()
+    number: frozenset[int] = frozenset()
+
+
+@dataclass
+class _Hypothesis:
+    tokens: list[int]
+    total: float  # sum of the tokens' log-probabilities
+    where: _Where
+    logits: np.ndarray  # for the next token
+    rows: np.ndarray  # the self-attention cache rows of its tokens
+
+
+class GrammarSearch:
+    """The decoding of one graph's sentences; its spellings and closures are kept between
+    searches (one per vocabulary: see the transcriber's cache)."""
+
+    def __init__(self, graph: WordGraph, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
+                 eot: int) -> None:
+        self.graph, self.encode, self.eot = graph, encode, eot
+        self.marks = frozenset(t for m in MARKS for t in (encode(m) if len(encode(m)) == 1 else ()))
+        self.digits = frozenset(t for t in range(eot) if decode([t]).strip().isdigit())
+        self._closures: dict[frozenset[int], frozenset[int]] = {}
+        self._spellings: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self._allowed: dict[_Where, frozenset[int]] = {}
+        self._next: dict[tuple[_Where, int], _Where] = {}
+        self._labelled: dict[frozenset[int], tuple[tuple[str, int], ...]] = {}
+
+    def search(self, session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
+               silence: float | None = None, prompt: Sequence[int] = (), beam: int = BEAM,
+               max_tokens: int = MAX_TOKENS, batch: BatchDecoderSession | None = None) -> tuple[list[int], float] | None:
+        """The likeliest of the graph's sentences for the window: its tokens and mean
+        log-probability per token (end-of-text included), or None when none was finished.
+        It stops once a finished sentence is likelier than every one under way (a token more
+        only lowers a sum). With `batch` (a bundle imported with the batched step), every
+        hypothesis takes its step in one run."""
+        tok = session.bundle.tokens
+        session.start(audio_features, options.encoder_padding, silence)
+        feed_prompt(session, options, prompt)
+        logits = session.step([tok.no_timestamps]).copy()
+        if batch is not None:
+            return self._search_batched(batch, logits, min(beam, batch.size), max_tokens)
+        base = session.length
+        hypotheses = [_Hypothesis([], 0.0, _Where(self._close(frozenset([self.graph.start]))), logits,
+                                  np.zeros((*session.cache.shape[:2], 0, session.cache.shape[3]), np.float32))]
+        finished: list[tuple[list[int], float]] = []
+        best_sum = -np.inf  # of the finished sentences
+        for _ in range(max_tokens):
+            scored: list[tuple[float, _Hypothesis, int]] = []
+            for h in hypotheses:
+                allowed = np.fromiter(self._allowed_after(h.where), np.int64)
+                if not len(allowed):
+                    continue
+                lp = h.logits[allowed] - rules.logsumexp(h.logits)
+                for k in np.argsort(lp)[::-1][:beam]:
+                    scored.append((h.total + float(lp[k]), h, int(allowed[k])))
+            scored.sort(key=lambda x: -x[0])
+            hypotheses = []
+            for total, h, token in scored[:beam]:
+                if token == self.eot:
+                    finished.append((h.tokens, total / (len(h.tokens) + 1)))
+                    best_sum = max(best_sum, total)
+                    continue
+                if total < best_sum:
+                    continue  # it can only fall further behind a finished sentence
+                n = h.rows.shape[2]
+                session.cache[:, :, base : base + n] = h.rows
+                session.length = base + n
+                logits = session.step([token]).copy()
+                hypotheses.append(_Hypothesis([*h.tokens, token], total, self._after(h.where, token), logits,
+                                              session.cache[:, :, base : base + n + 1].copy()))
+            if not hypotheses or len(finished) >= beam:
+                break
+        return max(finished, key=lambda f: f[1]) if finished else None
+
+    def _search_batched(self, batch: BatchDecoderSession, first: np.ndarray, beam: int,
+                        max_tokens: int) -> tuple[list[int], float] | None:
+        """`search` with the hypotheses as the rows of one batched step."""
+        batch.begin()
+        alive: list[tuple[list[int], float, _Where, int]] = [
+            ([], 0.0, _Where(self._close(frozenset([self.graph.start]))), 0)]  # tokens, total, where, row
+        rows = np.tile(first, (batch.size, 1))
+        finished: list[tuple[list[int], float]] = []
+        best_sum = -np.inf
+        for _ in range(max_tokens):
+            scored: list[tuple[float, int, int]] = []  # total, index in alive, token
+            for i, (_, total, where, row) in enumerate(alive):
+                allowed = np.fromiter(self._allowed_after(where), np.int64)
+                if not len(allowed):
+                    continue
+                lp = rows[row, allowed] - rules.logsumexp(rows[row])
+                for k in np.argsort(lp)[::-1][:beam]:
+                    scored.append((total + float(lp[k]), i, int(allowed[k])))
+            scored.sort(key=lambda x: -x[0])
+            going: list[tuple[list[int], float, _Where, int]] = []
+            for total, i, token in scored[:beam]:
+                tokens, _, where, row = alive[i]
+                if token == self.eot:
+                    finished.append((tokens, total / (len(tokens) + 1)))
+                    best_sum = max(best_sum, total)
+                elif total >= best_sum:  # else it can only fall further behind a finished sentence
+                    going.append(([*tokens, token], total, self._after(where, token), row))
+            if not going or len(finished) >= beam:
+                break
+            parents = [g[3] for g in going] + [going[0][3]] * (batch.size - len(going))
+            batch.reorder(parents)
+            rows = batch.step([g[0][-1] for g in going] + [going[0][0][-1]] * (batch.size - len(going)))
+            alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
+        return max(finished, key=lambda f: f[1]) if finished else None
+
+    # -- the graph, token by token ------------------------------------------------------------
+    def _close(self, states: frozenset[int]) -> frozenset[int]:
+        """The states reachable over arcs that say nothing."""
+        if states not in self._closures:
+            seen, todo = set(states), list(states)
+            while todo:
+                for label, to in self.graph.arcs.get(todo.pop(), ()):
+                    if label is None and to not in seen:
+                        seen.add(to)
+                        todo.append(to)
+            self._closures[states] = frozenset(seen)
+        return self._closures[states]
+
+    def _spelled(self, label: str) -> tuple[tuple[int, ...], ...]:
+        if label not in self._spellings:
+            forms = {label, label.lower(), label[:1].upper() + label[1:]}
+            bare = label in BARE
+            self._spellings[label] = tuple({tuple(self.encode(("" if bare else " ") + f)) for f in forms})
+        return self._spellings[label]
+
+    def _arcs(self, states: frozenset[int]) -> tuple[tuple[str, int], ...]:
+        """The arcs out of `states` that say something."""
+        if states not in self._labelled:
+            self._labelled[states] = tuple(dict.fromkeys(
+                (label, to) for s in states for label, to in self.graph.arcs.get(s, ()) if label is not None))
+        return self._labelled[states]
+
+    def _allowed_after(self, where: _Where) -> frozenset[int]:
+        if where not in self._allowed:
+            allowed: set[int] = {u.tokens[u.at] for u in where.units}
+            if where.number:
+                allowed |= self.digits
+            if where.states:
+                allowed |= self.marks
+                if where.states & self.graph.finals:
+                    allowed.add(self.eot)
+                for label, _ in self._arcs(where.states):
+                    if label == WordGraph.NUMBER:
+                        allowed |= self.digits
+                    else:
+                        allowed.update(seq[0] for seq in self._spelled(label) if seq)
+            self._allowed[where] = frozenset(allowed)
+        return self._allowed[where]
+
+    def _after(self, where: _Where, token: int) -> _Where:
+        """Where the hypothesis is once `token` is said."""
+        key = (where, token)
+        if key not in self._next:
+            self._next[key] = self._step(where, token)
+        return self._next[key]
+
+    def _step(self, where: _Where, token: int) -> _Where:
+        if token in self.marks and where.states:
+            return _Where(where.states)  # a mark between words: the same place, nothing under way
+        units = [_Unit(u.tokens, u.at + 1, u.to) for u in where.units if u.tokens[u.at] == token]
+        number: set[int] = set()
+        if token in self.digits:
+            number |= where.number
+        for label, to in self._arcs(where.states):
+            if label == WordGraph.NUMBER:
+                if token in self.digits:
+                    number.add(to)
+            else:
+                units += [_Unit(seq, 1, to) for seq in self._spelled(label) if seq and seq[0] == token]
+        done = frozenset(u.to for u in units if u.at == len(u.tokens)) | frozenset(number)
+        return _Where(self._close(done) if done else frozenset(),
+                      tuple(u for u in units if u.at < len(u.tokens)), frozenset(number))

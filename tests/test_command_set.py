@@ -1,0 +1,120 @@
+"""`edgeasr models command-set`: the plan (what is said, by which voice, in which noise), the
+noise of the dev set's streams, and a small set written by piper and espeak-ng themselves."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from edgeasr.cli import main
+from edgeasr.errors import AudioError
+from edgeasr.home.names import load_home
+from edgeasr.home.sentences import HomeSentences
+from edgeasr.models.command_set import (
+    CLEAN_STREAM,
+    COLUMNS,
+    GROUPS,
+    HOME_FILE,
+    NOISE_DIR,
+    NOISY_STREAM,
+    PAD_S,
+    SAMPLE_RATE,
+    group_sizes,
+    intent_from_json,
+    intent_json,
+    mix,
+    plan,
+    read_noise,
+)
+from edgeasr.stages import Intent
+
+HOME = Path(__file__).parent / "data" / "home.yaml"
+COUNT = 6  # a small set: the CI's time
+
+
+@pytest.fixture(scope="module")
+def sentences() -> HomeSentences:
+    return HomeSentences(load_home(HOME), "en")
+
+
+@pytest.mark.parametrize("count", [1, COUNT, 150, 151])
+def test_the_groups_share_the_count(count):
+    sizes = group_sizes(count)
+    assert sum(sizes.values()) == count and set(sizes) == set(GROUPS)
+    total = sum(GROUPS.values())
+    for group, share in GROUPS.items():
+        assert abs(sizes[group] - count * share / total) < 1
+
+
+def test_the_plan_is_the_seeds(sentences):
+    lines = plan(sentences, 48, seed=4)
+    assert lines == plan(sentences, 48, seed=4)
+    assert [line.text for line in lines] != [line.text for line in plan(sentences, 48, seed=5)]
+    assert len({line.id for line in lines}) == 48
+    for line in lines:
+        assert sentences.recognize(line.text) == line.intent
+        assert (line.intent is None) == (line.group == "other")
+        assert (line.snr_db is not None) == ("noise" in line.group)
+        assert line.voice.kind == line.group.split("-")[0] or line.group in ("short", "other")
+    assert {line.group for line in lines} == set(GROUPS)
+    named = [line for line in lines if line.intent and any(slot == "name" for slot, _ in line.intent.slots)]
+    assert len(named) >= 10  # the home's names are what the set is for
+
+
+@pytest.mark.parametrize("intent", [None, Intent("HassTurnOn", (("name", "Hue Go"),)), Intent("HassNevermind")])
+def test_the_intent_column_round_trips(intent):
+    assert intent_from_json(intent_json(intent)) == intent
+
+
+def test_the_noise_is_the_dev_streams_difference_and_mixes_at_the_snr_asked(dev_dir):
+    import random
+
+    noise = read_noise(NOISE_DIR)
+    speech, _ = soundfile.read(dev_dir / "audio" / "jfk_inaugural-1961.wav", dtype="float32")
+    speech *= 0.1 / np.abs(speech).max()  # quiet enough that the mix is not scaled down
+    pad = np.zeros(int(PAD_S * SAMPLE_RATE), np.float32)
+    for snr in (10.0, 20.0):
+        added = mix(speech, noise, snr, random.Random(0)) - np.concatenate([pad, speech, pad])
+        assert np.mean(added[: len(pad)] ** 2) > np.mean(added**2) / 2  # the noise lies under the silence too
+        assert 10 * np.log10(np.mean(speech**2) / np.mean(added**2)) == pytest.approx(snr, abs=0.01)
+
+
+def test_noise_streams_out_of_step_are_refused(tmp_path, dev_dir):
+    clean, rate = soundfile.read(dev_dir / "longform" / CLEAN_STREAM, dtype="int16")
+    noisy, _ = soundfile.read(dev_dir / "longform" / NOISY_STREAM, dtype="int16")
+    soundfile.write(tmp_path / CLEAN_STREAM, clean, rate)
+    soundfile.write(tmp_path / NOISY_STREAM, np.roll(noisy, 1), rate)
+    with pytest.raises(AudioError, match="not sample-aligned"):
+        read_noise(tmp_path)
+
+
+def _read(manifest: Path) -> list[dict]:
+    with manifest.open(newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def test_a_small_set_is_written_and_the_same_for_a_seed(tmp_path, sentences):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for out in runs:
+        assert main(["models", "command-set", "--home", str(HOME), "--out", str(out), "--count", str(COUNT),
+                     "--seed", "2"]) == 0
+    rows = _read(runs[0] / "manifest.tsv")
+    assert rows == _read(runs[1] / "manifest.tsv")
+    assert len(rows) == COUNT and list(rows[0]) == list(COLUMNS)
+    assert (runs[0] / HOME_FILE).read_text() == HOME.read_text()
+    for row in rows:
+        audio, rate = soundfile.read(runs[0] / row["file"], dtype="int16")
+        info = soundfile.info(runs[0] / row["file"])
+        assert (rate, info.channels, info.subtype) == (SAMPLE_RATE, 1, "PCM_16")
+        assert abs(len(audio) / rate - float(row["duration_s"])) < 1e-3
+        pad = int(PAD_S * SAMPLE_RATE)
+        quiet = np.abs(audio[:pad]).max()
+        assert quiet > 0 if "noise" in row["group"] else quiet == 0
+        assert np.abs(audio[pad:-pad]).max() > 1000  # speech
+        assert (runs[1] / row["file"]).read_bytes() == (runs[0] / row["file"]).read_bytes()
+        assert intent_from_json(row["intent"]) == sentences.recognize(row["reference"])
+        assert row["source"].startswith("generated: ") and row["license"]

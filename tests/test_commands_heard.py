@@ -1,0 +1,199 @@
+"""Commands heard with the home's names (issue 25): the keyterm boost and the sentence scoring in
+the engine, a home's sentences putting a misheard command right and leaving other speech alone,
+a Wyoming request's own names, the intent in the payload, and endpointing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_engine, normalize
+from test_wyoming import start_server, stop_server
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncClient
+
+from edgeasr.asr import logits as rules
+from edgeasr.asr.decoding import score_texts
+from edgeasr.asr.features import log_mel, silence_level
+from edgeasr.asr.vocabulary import MEANS
+from edgeasr.home.names import load_home
+from edgeasr.home.sentences import sentences_for
+from edgeasr.models.command_set import Speakers, Voice
+from edgeasr.stages import SAMPLE_RATE, Vocabulary
+
+REPO = Path(__file__).resolve().parents[1]
+HOME = REPO / "tests" / "data" / "home.yaml"
+JOE = Voice("piper", "en_US-joe-medium", 1.0, 0.667)
+
+
+@pytest.fixture(scope="module")
+def speakers():
+    return Speakers()
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_default_bundle):
+    engine = make_engine(tiny_default_bundle)
+    engine.sentences = sentences_for
+    return engine
+
+
+def said(speakers, text: str, voice: Voice = JOE) -> np.ndarray:
+    pause = np.zeros(int(0.3 * SAMPLE_RATE), np.float32)
+    return np.concatenate([pause, speakers.say(text, voice), pause])
+
+
+def test_the_boost_favours_a_name_under_way_and_its_first_token():
+    boost = rules.KeytermBoost([[10, 11, 12], [20]], boost=1.0, first_special=100)
+    logits = np.zeros(30, np.float32)
+    boost.apply(logits, [5, 10, 11])  # "... <10> <11>": the name goes on with 12
+    assert logits[12] > logits[10] == logits[20] == 1.0 > logits[5] == 0.0
+    logits = np.zeros(30, np.float32)
+    boost.apply(logits, [5, 10, 11, 150])  # a timestamp ends the name: only its beginnings
+    assert logits[12] == 0.0 and logits[10] == 1.0
+    logits = np.full(30, -np.inf, np.float32)
+    boost.apply(logits, [])  # a suppressed token stays suppressed
+    assert np.all(np.isneginf(logits))
+
+
+def test_the_decoder_finds_what_was_said_likelier_than_a_near_sentence(tiny, speakers):
+    audio = said(speakers, "pause the timer")
+    mel = log_mel(audio, tiny.spec)
+    texts = [tiny.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
+    scores = score_texts(tiny.decoder, tiny.encoder.encode(mel), tiny.options, texts, silence_level(mel))
+    assert scores[0] > scores[1] > scores[2]
+
+
+def test_a_misheard_name_is_put_right_and_other_speech_left_alone(tiny, speakers):
+    home = load_home(HOME)
+    result = tiny.transcribe(said(speakers, "turn on the Nanoleaf Shapes"), vocabulary=home)
+    assert "nanoleaf shapes" in normalize(result.text), result.text
+    assert result.intent is not None and result.intent.name == "HassTurnOn"
+    assert ("name", "Nanoleaf Shapes") in result.intent.slots
+    for text in ("the quick brown fox jumps over the lazy dog", "remind me to buy oat milk and bread"):
+        other = tiny.transcribe(said(speakers, text), vocabulary=home)
+        assert other.intent is None and normalize(other.text) != "", other.text
+
+
+def test_without_a_vocabulary_nothing_changes(tiny, speakers):
+    audio = said(speakers, "turn on the Nanoleaf Shapes")
+    plain = tiny.transcribe(audio)
+    empty = tiny.transcribe(audio, vocabulary=Vocabulary())
+    assert plain.text == empty.text and plain.intent is None and empty.intent is None
+
+
+def test_each_means_of_hearing_a_vocabulary_can_be_measured_alone(tiny, speakers):
+    """bench-commands measures the prompt, the boost and the grammar one by one (`hearing`):
+    with none of them a vocabulary changes nothing; the grammar alone still finds the intent
+    of a command heard right."""
+    home = load_home(HOME)
+    audio = said(speakers, "pause the timer")
+    plain = tiny.transcribe(audio)
+    try:
+        tiny.hearing = frozenset()
+        assert tiny.transcribe(audio, vocabulary=home).text == plain.text
+        tiny.hearing = frozenset({"grammar"})
+        heard = tiny.transcribe(audio, vocabulary=home)
+        assert heard.intent is not None and heard.intent.name == "HassPauseTimer", heard
+    finally:
+        tiny.hearing = frozenset(MEANS)
+
+
+def test_transcribe_json_carries_the_intent_when_asked(tiny_default_bundle, speakers, tmp_path):
+    import soundfile as sf
+
+    wav = tmp_path / "pause.wav"
+    sf.write(wav, said(speakers, "pause the timer"), SAMPLE_RATE, subtype="PCM_16")
+    base = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", "transcribe", "--json",
+            "--model", str(tiny_default_bundle), "--set", f"vocabulary.home={HOME}", str(wav)]
+    asked = json.loads(subprocess.run([*base, "--set", "output.intent=true"], capture_output=True, text=True,
+                                      check=True, cwd=REPO).stdout)
+    assert asked["intent"] == {"name": "HassPauseTimer", "slots": {}}, asked
+    quiet = json.loads(subprocess.run(base, capture_output=True, text=True, check=True, cwd=REPO).stdout)
+    assert "intent" not in quiet and quiet["text"] == asked["text"]
+
+
+async def _request(uri: str, audio: np.ndarray, names: list[str] | None = None, realtime: bool = False,
+                   stop_after_s: float | None = None) -> tuple[str | None, float | None, float]:
+    """One request: the transcript, when it came and when the last audio was sent (monotonic
+    clock). With `stop_after_s`, audio-stop is sent only after that long waiting for it."""
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    step = int(0.1 * SAMPLE_RATE) * 2
+    async with AsyncClient.from_uri(uri) as client:
+        await client.write_event(Transcribe(transcript_names=names).event())
+        await client.write_event(AudioStart(rate=SAMPLE_RATE, width=2, channels=1).event())
+        sent = time.monotonic()
+        transcript: str | None = None
+        came: float | None = None
+
+        async def read() -> None:
+            nonlocal transcript, came
+            while True:
+                event = await client.read_event()
+                if event is None:
+                    return
+                if Transcript.is_type(event.type):
+                    transcript, came = Transcript.from_event(event).text, time.monotonic()
+                    return
+
+        reader = asyncio.create_task(read())
+        for i in range(0, len(pcm), step):
+            await client.write_event(AudioChunk(rate=SAMPLE_RATE, width=2, channels=1, audio=pcm[i : i + step]).event())
+            sent = time.monotonic()
+            if realtime:
+                await asyncio.sleep(0.1)
+        if stop_after_s is not None:
+            await asyncio.wait([reader], timeout=stop_after_s)
+        if not reader.done():
+            await client.write_event(AudioStop().event())
+        await asyncio.wait_for(reader, 60)
+        return transcript, came, sent
+
+
+@pytest.mark.slow
+def test_a_wyoming_requests_names_are_heard_and_the_transcript_comes_at_the_endpoint(
+        tiny_default_bundle, speakers, tmp_path):
+    """transcript_names (wyoming >= 1.10) join the home's vocabulary for that request; with
+    wyoming.endpoint_ms the transcript comes once the VAD has heard that much silence after the
+    speech, before the client's audio-stop."""
+    server = start_server(tmp_path, tiny_default_bundle, {"wyoming.endpoint_ms": 600})
+    try:
+        speech = said(speakers, "turn on the Nanoleaf Shapes")
+        text, _, _ = asyncio.run(_request(server.uri, speech, names=["Nanoleaf Shapes", "Living Room"]))
+        assert text is not None and "nanoleaf shapes" in normalize(text), text
+        trailing = np.zeros(3 * SAMPLE_RATE, np.float32)
+        started = time.monotonic()
+        text, came, last_sent = asyncio.run(_request(server.uri, np.concatenate([speech, trailing]),
+                                                     realtime=True, stop_after_s=0.0))
+        speech_end = started + len(speech) / SAMPLE_RATE
+        # it came while the silence after the speech was still being sent, soon after the speech
+        assert text is not None and came is not None, text
+        assert came < last_sent and came - speech_end < 1.5, (came - speech_end, last_sent - came)
+    finally:
+        stop_server(server)
+
+
+def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(tiny_bundle, speakers):
+    """The embedded default bundle holds the batched step (models/default.py): the hypotheses
+    of the search held to the home's sentences take each step in one run, and find what the
+    search one hypothesis at a time finds."""
+    from dataclasses import replace
+
+    engine = make_engine(tiny_bundle)
+    assert engine.batch_session is not None
+    search = engine._grammar(sentences_for(load_home(HOME), "en").graph())
+    audio = said(speakers, "pause the timer")
+    mel = log_mel(audio, engine.spec)
+    encoded, options = engine.encoder.encode(mel), replace(engine.options, language="en")
+    one = search.search(engine.decoder, encoded, options, silence_level(mel))
+    batched = search.search(engine.decoder, encoded, options, silence_level(mel), batch=engine.batch_session())
+    assert one is not None and batched is not None
+    assert one[0] == batched[0] and abs(one[1] - batched[1]) < 0.05
+    assert normalize(engine.tokenizer.decode(one[0])) == "pause the timer"

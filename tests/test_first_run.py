@@ -1,0 +1,37 @@
+"""Two first runs at once on a fresh state_dir (issue 27, row 11): both prepare the embedded
+default bundle, one builds it while the other waits, and both transcribe with it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgeasr.bundle import load_bundle
+from edgeasr.models.default import default_dir, models_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.model  # builds the default bundle from the weights package
+
+
+def test_two_first_runs_at_once_share_one_build(tmp_path, dev_dir):
+    state = tmp_path / "state"
+    wav = dev_dir / "audio" / "cmu_goforward.wav"
+    runs = [subprocess.Popen([sys.executable, "-m", "edgeasr", "transcribe", "--json", "--set",
+                              f"state_dir={state}", "--log-level", "INFO", str(wav)], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [run.communicate(timeout=600) for run in runs]
+    for run, (_, err) in zip(runs, results):
+        assert run.returncode == 0 and "Traceback" not in err, err[-3000:]
+    texts = [json.loads(out)["text"] for out, _ in results]
+    assert texts[0] == texts[1] and texts[0]
+    logs = "".join(err for _, err in results)
+    assert logs.count("default: preparing the default model bundle in") == 1
+    assert "another process is preparing the default model bundle: waiting for it" in logs
+    root = default_dir(state)
+    load_bundle(root, verify_checksums=True)
+    assert sorted(p.name for p in models_dir(state).iterdir()) == [root.name, root.name + ".lock"]
