@@ -197,3 +197,8 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
     assert one is not None and batched is not None
     assert one[0] == batched[0] and abs(one[1] - batched[1]) < 0.05
     assert normalize(engine.tokenizer.decode(one[0])) == "pause the timer"
+    # a floor the sentence reaches changes nothing; one no sentence can reach ends the search
+    for batch in (None, engine.batch_session()):
+        reached = search.search(engine.decoder, encoded, options, silence_level(mel), batch=batch, floor=one[1] - 0.1)
+        assert reached is not None and reached[0] == one[0]
+        assert search.search(engine.decoder, encoded, options, silence_level(mel), batch=batch, floor=0.0) is None

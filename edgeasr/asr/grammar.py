@@ -71,18 +71,21 @@ class GrammarSearch:
 
     def search(self, session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
                silence: float | None = None, prompt: Sequence[int] = (), beam: int = BEAM,
-               max_tokens: int = MAX_TOKENS, batch: BatchDecoderSession | None = None) -> tuple[list[int], float] | None:
+               max_tokens: int = MAX_TOKENS, batch: BatchDecoderSession | None = None,
+               floor: float = -np.inf) -> tuple[list[int], float] | None:
         """The likeliest of the graph's sentences for the window: its tokens and mean
         log-probability per token (end-of-text included), or None when none was finished.
         It stops once a finished sentence is likelier than every one under way (a token more
-        only lowers a sum). With `batch` (a bundle imported with the batched step), every
-        hypothesis takes its step in one run."""
+        only lowers a sum), and does not go on with a sentence that can no longer reach a mean
+        of `floor` (its sum spread over the most tokens it may have): speech that is no
+        command ends the search early. With `batch` (a bundle imported with the batched step),
+        every hypothesis takes its step in one run."""
         tok = session.bundle.tokens
         session.start(audio_features, options.encoder_padding, silence)
         feed_prompt(session, options, prompt)
         logits = session.step([tok.no_timestamps]).copy()
         if batch is not None:
-            return self._search_batched(batch, logits, min(beam, batch.size), max_tokens)
+            return self._search_batched(batch, logits, min(beam, batch.size), max_tokens, floor)
         base = session.length
         hypotheses = [_Hypothesis([], 0.0, _Where(self._close(frozenset([self.graph.start]))), logits,
                                   np.zeros((*session.cache.shape[:2], 0, session.cache.shape[3]), np.float32))]
@@ -104,8 +107,8 @@ class GrammarSearch:
                     finished.append((h.tokens, total / (len(h.tokens) + 1)))
                     best_sum = max(best_sum, total)
                     continue
-                if total < best_sum:
-                    continue  # it can only fall further behind a finished sentence
+                if total < best_sum or total / (max_tokens + 1) < floor:
+                    continue  # it can only fall further behind a finished sentence, or below the floor
                 n = h.rows.shape[2]
                 session.cache[:, :, base : base + n] = h.rows
                 session.length = base + n
@@ -117,7 +120,7 @@ class GrammarSearch:
         return max(finished, key=lambda f: f[1]) if finished else None
 
     def _search_batched(self, batch: BatchDecoderSession, first: np.ndarray, beam: int,
-                        max_tokens: int) -> tuple[list[int], float] | None:
+                        max_tokens: int, floor: float = -np.inf) -> tuple[list[int], float] | None:
         """`search` with the hypotheses as the rows of one batched step."""
         batch.begin()
         alive: list[tuple[list[int], float, _Where, int]] = [
@@ -141,7 +144,7 @@ class GrammarSearch:
                 if token == self.eot:
                     finished.append((tokens, total / (len(tokens) + 1)))
                     best_sum = max(best_sum, total)
-                elif total >= best_sum:  # else it can only fall further behind a finished sentence
+                elif total >= best_sum and total / (max_tokens + 1) >= floor:  # else: as in `search`
                     going.append(([*tokens, token], total, self._after(where, token), row))
             if not going or len(finished) >= beam:
                 break

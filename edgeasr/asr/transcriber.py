@@ -356,7 +356,7 @@ class Transcriber:
         batch = self.batch_session() if self.batch_session is not None else None
         held = self._grammar(sentences.graph()).search(self.decoder, encoded, options, silence, walk.names,
                                                        max_tokens=2 * len(self.tokenizer.encode(" " + result.text)) + 4,
-                                                       batch=batch)
+                                                       batch=batch, floor=scores[0] - COMMAND_MARGIN)
         if held is not None:
             texts.append(self.tokenizer.decode(held[0]).strip())
             scores.append(held[1])
