@@ -540,6 +540,9 @@ class _Handler:
         except SessionError as exc:
             await self._fail(str(exc), exc.code)
             self.writer.transport.abort()
+        except _Idle as exc:  # the idle timer fired before the transcript went out
+            await self._fail(str(exc), "timeout")
+            self.writer.transport.abort()
         except _Gone:
             self.writer.transport.abort()
 
@@ -580,8 +583,10 @@ class _Handler:
             return
         try:
             await asyncio.wait_for(async_write_event(Error(text=text, code=code).event(), self.writer), WRITE_TIMEOUT_S)
-        except (TimeoutError, ConnectionError, OSError):
-            pass  # the client is gone or not reading: the close follows
+        except (TimeoutError, ConnectionError, OSError, _Idle):
+            # the client is gone or not reading: the close follows. (A writer's drain raises what
+            # its reader holds: after the idle timer that is _Idle, the event already written.)
+            pass
 
     async def _cleanup(self) -> None:
         """Nothing of the connection stays: the timer, the forwarder, the session and its lane, the socket."""
@@ -597,8 +602,6 @@ class _Handler:
         self.final = None
         self.writer.close()
 
-
-# -- a client, for `edgeasr bench-wyoming` ------------------------------------------------------
 
 # -- a client, for `edgeasr bench-wyoming` ------------------------------------------------------
 
