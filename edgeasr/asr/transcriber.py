@@ -129,7 +129,6 @@ class _Walk:
 
     language: str | None  # None: detected in the first window, then kept
     context: list[int]  # text tokens kept so far (the prompt of the next window)
-    names: list[int]  # the vocabulary's prompt, fed before the home's sentences when they are weighed
     keyterms: tuple[tuple[int, ...], ...]  # the vocabulary's names and terms, tokenized
     continues: bool  # the audio goes on from a call before (a prompt was given)
     before: int = 0  # tokens of `context` said before this call (the prompt)
@@ -169,6 +168,10 @@ class Transcriber:
         # made on first use: most windows never need it)
         self._keyterms = functools.lru_cache(maxsize=KEYTERM_CACHE)(
             lambda vocabulary: keyterms(vocabulary, self.tokenizer.encode))
+        # the names prompt fed before the home's sentences, per vocabulary likewise (only a
+        # command's final decode asks for it, never a partial)
+        self._names = functools.lru_cache(maxsize=KEYTERM_CACHE)(
+            lambda vocabulary: names_prompt(vocabulary, self.tokenizer.encode))
         # the search held to a home's sentences, one per graph (its spellings and closures kept)
         self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
         # a text token's letters and digits, lower-cased: what the repeat rule compares
@@ -205,7 +208,6 @@ class Transcriber:
         if language is None or not self.bundle.multilingual:
             language = self.options.language
         walk = _Walk(language=language, context=list(prompt), continues=bool(prompt), before=len(prompt),
-                     names=names_prompt(vocabulary, self.tokenizer.encode) if "prompt" in self.hearing else [],
                      keyterms=self._keyterms(vocabulary) if "boost" in self.hearing else ())
         while len(audio) - walk.seek >= MIN_WINDOW_S * self.spec.sample_rate:
             if max_windows is not None and walk.windows >= max_windows:
@@ -349,14 +351,14 @@ class Transcriber:
             return replace(result, intent=intent)
         encoded, silence = walk.last
         options = replace(self.options, language=result.language)
-        texts = [result.text]
-        scores = score_texts(self.decoder, encoded, options, [self.tokenizer.encode(" " + result.text)], silence,
-                             walk.names)
+        texts, heard = [result.text], self.tokenizer.encode(" " + result.text)
+        names = self._names(vocabulary) if "prompt" in self.hearing else []
+        scores = score_texts(self.decoder, encoded, options, [heard], silence, names)
         # a command is about as long as what was heard: the search goes little further
         batch = self.batch_session() if self.batch_session is not None else None
-        held = self._grammar(sentences.graph()).search(self.decoder, encoded, options, silence, walk.names,
-                                                       max_tokens=2 * len(self.tokenizer.encode(" " + result.text)) + 4,
-                                                       batch=batch, floor=scores[0] - COMMAND_MARGIN)
+        held = self._grammar(sentences.graph()).search(self.decoder, encoded, options, silence, names,
+                                                       max_tokens=2 * len(heard) + 4, batch=batch,
+                                                       floor=scores[0] - COMMAND_MARGIN)
         if held is not None:
             texts.append(self.tokenizer.decode(held[0]).strip())
             scores.append(held[1])
