@@ -582,8 +582,8 @@ class _Handler:
         if self.writer.is_closing():
             return
         try:
-            await asyncio.wait_for(async_write_event(Error(text=text, code=code).event(), self.writer), WRITE_TIMEOUT_S)
-        except (TimeoutError, ConnectionError, OSError, _Idle):
+            await self._write(Error(text=text, code=code).event())
+        except (_Gone, _Idle):
             # the client is gone or not reading: the close follows. (A writer's drain raises what
             # its reader holds: after the idle timer that is _Idle, the event already written.)
             pass
