@@ -425,6 +425,23 @@ def test_a_chunk_over_the_audio_limit_is_refused_before_it_is_converted(light):
     assert codes(events) == ["audio-too-long"] and "wyoming.max_audio_s" in events[-1].data["text"]
 
 
+def test_a_client_still_sending_after_its_error_reads_it_and_a_clean_close(light):
+    """A client streaming faster than real time is still sending when its session is refused.
+    Closing on its unread audio would make the kernel reset the connection, which can destroy
+    the error event: the server shuts its side and drops what still comes, then closes."""
+    srv = light(max_audio_s=5.0)
+    rest = bytes(2 << 20)  # the audio the client sends after the refused chunk: 65 s
+    with connect(srv.port) as sock:
+        sock.sendall(start16() + chunk16(bytes(16000 * 2 * 6)) + rest)  # refused on its header
+        with sock.makefile("rb") as stream:
+            answer = read_event(stream)
+            while answer is not None and answer.type == "transcript-start":
+                answer = read_event(stream)
+            assert answer is not None and codes([answer]) == ["audio-too-long"]
+            assert stream.read() == b""  # the end of the stream, not ConnectionResetError
+        sock.shutdown(socket.SHUT_WR)
+
+
 # -- the daemon in a subprocess: what an attack costs it --------------------------------------
 
 

@@ -72,6 +72,11 @@ MAX_LANGUAGE_CHARS = 16
 MAX_REQUEST_NAMES = 1000  # transcript_names (and terms) a request may carry
 MAX_NAME_CHARS = 200
 LATENCY_WINDOW = 200  # stop-to-transcript latencies kept for the metrics
+# After an error the client may still be sending: closing on unread data makes the kernel send a
+# reset, which can destroy the error event before the client reads it. So the server shuts its
+# sending side and discards what still comes, for at most this long and this much.
+LINGER_S = 2.0
+LINGER_BYTES = 4 << 20  # over two minutes of 16 kHz audio
 ATTRIBUTION = Attribution(name="edgeasr", url="https://github.com/edgeasr/edgeasr")
 WHISPER = Attribution(name="OpenAI", url="https://github.com/openai/whisper")
 
@@ -363,6 +368,7 @@ class _Handler:
         self.last_progress = time.monotonic()
         self.session_deadline = float("inf")
         self._timer: asyncio.TimerHandle | None = None
+        self._linger = False  # an error went out while the client may still be sending
 
     @property
     def in_session(self) -> bool:
@@ -374,6 +380,7 @@ class _Handler:
             await self._serve()
         except (ProtocolError, SessionError) as exc:
             await self._fail(str(exc), exc.code)
+            self._linger = True
         except _Idle as exc:
             await self._fail(str(exc), "timeout", level=logging.INFO if self.session is None else logging.WARNING)
         except Disconnected as exc:  # told, in case only its sending side closed
@@ -600,7 +607,25 @@ class _Handler:
             self.session = None
             self.server.stats.active -= 1
         self.final = None
+        if self._linger and not self.writer.is_closing():
+            await self._discard_input()
         self.writer.close()
+
+    async def _discard_input(self) -> None:
+        """A graceful close after an error: our side shut, what the client still sends read and
+        dropped until it closes too (or LINGER_S / LINGER_BYTES pass), so no reset overtakes the error."""
+        left, deadline = LINGER_BYTES, time.monotonic() + LINGER_S
+        try:
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            while left > 0:
+                data = await asyncio.wait_for(self.reader.read(min(left, 1 << 16)),
+                                              max(0.0, deadline - time.monotonic()))
+                if not data:
+                    return
+                left -= len(data)
+        except (TimeoutError, ConnectionError, OSError, _Idle):
+            pass  # the close follows; a client that goes on sending past the limits gets the reset
 
 
 # -- a client, for `edgeasr bench-wyoming` ------------------------------------------------------
