@@ -110,6 +110,11 @@ class Bundle:
     def has(self, role: str) -> bool:
         return role in self.manifest["files"]
 
+    def has_graph(self, role: str, precision: str) -> bool:
+        """Is a graph there at the precision it runs at (int8 graphs are the roles `ROLE_int8`;
+        a bundle imported without the fp32 extra has only those)?"""
+        return self.has(role + ("_int8" if precision == "int8" else ""))
+
 
 def sha256_files(paths: list[Path]) -> str:
     """sha256 of the files' concatenation (a split model.bin hashes as the whole)."""

@@ -20,7 +20,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient
 
 from edgeasr.asr import logits as rules
-from edgeasr.asr.decoding import score_texts
+from edgeasr.asr.decoding import prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
 from edgeasr.asr.vocabulary import MEANS
 from edgeasr.home.names import load_home
@@ -67,7 +67,8 @@ def test_the_decoder_finds_what_was_said_likelier_than_a_near_sentence(tiny, spe
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, tiny.spec)
     texts = [tiny.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
-    scores = score_texts(tiny.decoder, tiny.encoder.encode(mel), tiny.options, texts, silence_level(mel))
+    primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
+    scores = score_texts(tiny.decoder, primed, texts)
     assert scores[0] > scores[1] > scores[2]
 
 
@@ -80,6 +81,20 @@ def test_a_misheard_name_is_put_right_and_other_speech_left_alone(tiny, speakers
     for text in ("the quick brown fox jumps over the lazy dog", "remind me to buy oat milk and bread"):
         other = tiny.transcribe(said(speakers, text), vocabulary=home)
         assert other.intent is None and normalize(other.text) != "", other.text
+
+
+def test_a_home_sentence_that_only_leaves_out_heard_words_is_never_taken(tiny, speakers):
+    """"what time is it in Denver" heard right is not one of the home's sentences; "what time is
+    it" is: taking it would drop two spoken words, so it is never taken, however near its score
+    (a recorded clip of dev-commands came within 0.87 nats per token)."""
+    from edgeasr.asr.grammar import only_drops_words
+
+    assert only_drops_words("What time is it in Denver?", "What time is it?")
+    assert only_drops_words("Our Lutron Shades open attic.", "our lutron shades,")
+    assert not only_drops_words("Resin timer.", "Resume timer.")  # a word put right
+    assert not only_drops_words("Pause.", "Pause.") and not only_drops_words("Timer.", "Cancel the timer.")
+    heard = tiny.transcribe(said(speakers, "what time is it in Denver"), vocabulary=load_home(HOME))
+    assert normalize(heard.text) == "what time is it in denver" and heard.intent is None, heard.text
 
 
 def test_without_a_vocabulary_nothing_changes(tiny, speakers):
@@ -192,13 +207,14 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, engine.spec)
     encoded, options = engine.encoder.encode(mel), replace(engine.options, language="en")
-    one = search.search(engine.decoder, encoded, options, silence_level(mel))
-    batched = search.search(engine.decoder, encoded, options, silence_level(mel), batch=engine.batch_session())
+    primed = prime(engine.decoder, encoded, options, silence_level(mel))
+    one = search.search(engine.decoder, primed)
+    batched = search.search(engine.decoder, primed, batch=engine.batch_session())
     assert one is not None and batched is not None
     assert one[0] == batched[0] and abs(one[1] - batched[1]) < 0.05
     assert normalize(engine.tokenizer.decode(one[0])) == "pause the timer"
     # a floor the sentence reaches changes nothing; one no sentence can reach ends the search
     for batch in (None, engine.batch_session()):
-        reached = search.search(engine.decoder, encoded, options, silence_level(mel), batch=batch, floor=one[1] - 0.1)
+        reached = search.search(engine.decoder, primed, batch=batch, floor=one[1] - 0.1)
         assert reached is not None and reached[0] == one[0]
-        assert search.search(engine.decoder, encoded, options, silence_level(mel), batch=batch, floor=0.0) is None
+        assert search.search(engine.decoder, primed, batch=batch, floor=0.0) is None

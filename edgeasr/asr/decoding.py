@@ -358,22 +358,34 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     return WindowResult(tokens, logprobs, no_speech_prob, language, hit_cap, timings)
 
 
-def score_texts(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                texts: Sequence[Sequence[int]], silence: float | None = None,
-                prompt: Sequence[int] = ()) -> list[float]:
-    """How likely the decoder finds each text (its tokens, end-of-text added) for a window's
-    audio: the mean log-probability per token, read by feeding the text (teacher forcing,
-    without timestamps), no logit rule applied. Texts share the window's cross K/V and the
-    prompt's cache rows; each is read from there."""
-    tok = session.bundle.tokens
+@dataclass(frozen=True)
+class Primed:
+    """A window's cross K/V and a prompt run through a session, then no-timestamps: where texts
+    are read from (`score_texts`, the grammar's search), each from the same cache rows."""
+
+    logits: np.ndarray  # the first text token's, read-only
+    length: int  # the cache rows of the prompt
+
+
+def prime(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
+          silence: float | None = None, prompt: Sequence[int] = ()) -> Primed:
+    """Start the session on a window and run the prompt: done once for every text read after it."""
     session.start(audio_features, options.encoder_padding, silence)
-    logits = feed_prompt(session, options, prompt)[0]
-    logits = session.step([tok.no_timestamps])
-    start, first = session.length, logits.copy()
+    feed_prompt(session, options, prompt)
+    logits = session.step([session.bundle.tokens.no_timestamps]).copy()
+    logits.flags.writeable = False
+    return Primed(logits, session.length)
+
+
+def score_texts(session: DecoderSession, primed: Primed, texts: Sequence[Sequence[int]]) -> list[float]:
+    """How likely the decoder finds each text (its tokens, end-of-text added) for the window the
+    session was `prime`d with: the mean log-probability per token, read by feeding the text
+    (teacher forcing, without timestamps), no logit rule applied."""
+    eot = session.bundle.tokens.eot
     scores = []
     for text in texts:
-        session.length, logits, total = start, first, 0.0
-        sequence = [*text, tok.eot]
+        session.length, logits, total = primed.length, primed.logits, 0.0
+        sequence = [*text, eot]
         for i, token in enumerate(sequence):
             total += float(logits[token]) - rules.logsumexp(logits)
             if i + 1 < len(sequence):

@@ -68,10 +68,10 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
                                     decoder.threads)
     if words:
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
-    if bundle.has(BATCH_STEP_ROLE):  # the search held to a home's sentences steps its hypotheses at once
+    if bundle.has_graph(BATCH_STEP_ROLE, decoder.precision):  # the search held to a home's sentences steps its hypotheses at once
         engine.batch_session = functools.cache(
             lambda: BatchDecoderSession(bundle, engine.decoder, GRAMMAR_BEAM, decoder.precision, decoder.threads))
-    if decoder.drop_unspoken_words and bundle.has(ALIGN_ROLE):
+    if decoder.drop_unspoken_words and bundle.has_graph(ALIGN_ROLE, decoder.precision):
         # only asked for when output.words made no aligner
         engine.judging_aligner = functools.cache(
             lambda: WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads))

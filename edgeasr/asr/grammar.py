@@ -10,20 +10,30 @@ does (no timestamps, no logit rule), so its score compares with a free text's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from edgeasr.asr import logits as rules
 from edgeasr.asr.beam import BatchDecoderSession
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, feed_prompt
+from edgeasr.asr.decoding import DecoderSession, Primed
 from edgeasr.stages import WordGraph
 
 BEAM = 3  # hypotheses kept at each step
 MAX_TOKENS = 32  # a command longer than this is not one of the home's
 MARKS = (",", ".", "?", "!")  # may come between words and at the end
 BARE = ("%", "-", "'s")  # written without a space before them
+
+
+def only_drops_words(heard: str, sentence: str) -> bool:
+    """Is `sentence` the text as heard with words left out and none changed? Taking it would put
+    no mishearing right, only drop words the decoder heard ("what time is it in Denver" is not
+    "what time is it"): it is never taken, whatever its score."""
+    said, kept = (re.findall(r"[\w']+", text.casefold()) for text in (heard, sentence))
+    rest = iter(said)
+    return len(kept) < len(said) and all(word in rest for word in kept)
 
 
 @dataclass(frozen=True)
@@ -69,21 +79,17 @@ class GrammarSearch:
         self._next: dict[tuple[_Where, int], _Where] = {}
         self._labelled: dict[frozenset[int], tuple[tuple[str, int], ...]] = {}
 
-    def search(self, session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-               silence: float | None = None, prompt: Sequence[int] = (), beam: int = BEAM,
-               max_tokens: int = MAX_TOKENS, batch: BatchDecoderSession | None = None,
-               floor: float = -np.inf) -> tuple[list[int], float] | None:
+    def search(self, session: DecoderSession, primed: Primed, beam: int = BEAM, max_tokens: int = MAX_TOKENS,
+               batch: BatchDecoderSession | None = None, floor: float = -np.inf) -> tuple[list[int], float] | None:
         """The likeliest of the graph's sentences for the window: its tokens and mean
         log-probability per token (end-of-text included), or None when none was finished.
         It stops once a finished sentence is likelier than every one under way (a token more
         only lowers a sum), and does not go on with a sentence that can no longer reach a mean
         of `floor` (its sum spread over the most tokens it may have): speech that is no
-        command ends the search early. With `batch` (a bundle imported with the batched step),
-        every hypothesis takes its step in one run."""
-        tok = session.bundle.tokens
-        session.start(audio_features, options.encoder_padding, silence)
-        feed_prompt(session, options, prompt)
-        logits = session.step([tok.no_timestamps]).copy()
+        command ends the search early. The session was `prime`d with the window and the prompt.
+        With `batch` (a bundle imported with the batched step), every hypothesis takes its step
+        in one run."""
+        session.length, logits = primed.length, primed.logits  # the window's prompt, as `prime` left it
         if batch is not None:
             return self._search_batched(batch, logits, min(beam, batch.size), max_tokens, floor)
         base = session.length

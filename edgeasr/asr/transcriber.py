@@ -25,11 +25,11 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.cleanup import tidy
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, score_texts
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, prime, score_texts
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import NoSpeech, WindowStats, check, compression_ratio, default_gates
-from edgeasr.asr.grammar import GrammarSearch
+from edgeasr.asr.grammar import GrammarSearch, only_drops_words
 from edgeasr.asr.pieces import Piece, TokenTimes, find_loop, split_segments, trim_repeats
 from edgeasr.asr.spoken import SpeechMap, silent, stock_phrase_unspoken
 from edgeasr.asr.tokenizer import Tokenizer
@@ -353,12 +353,12 @@ class Transcriber:
         options = replace(self.options, language=result.language)
         texts, heard = [result.text], self.tokenizer.encode(" " + result.text)
         names = self._names(vocabulary) if "prompt" in self.hearing else []
-        scores = score_texts(self.decoder, encoded, options, [heard], silence, names)
+        primed = prime(self.decoder, encoded, options, silence, names)  # one start for both readings
+        scores = score_texts(self.decoder, primed, [heard])
         # a command is about as long as what was heard: the search goes little further
         batch = self.batch_session() if self.batch_session is not None else None
-        held = self._grammar(sentences.graph()).search(self.decoder, encoded, options, silence, names,
-                                                       max_tokens=2 * len(heard) + 4, batch=batch,
-                                                       floor=scores[0] - COMMAND_MARGIN)
+        held = self._grammar(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
+                                                       batch=batch, floor=scores[0] - COMMAND_MARGIN)
         if held is not None:
             texts.append(self.tokenizer.decode(held[0]).strip())
             scores.append(held[1])
@@ -366,8 +366,10 @@ class Transcriber:
         log.debug("the home's sentences %s scored %s against %.3f", texts[1:], [round(x, 3) for x in scores[1:]],
                   scores[0])
         best = max(range(1, len(texts)), key=lambda i: scores[i], default=0)
-        chosen_intent = sentences.recognize(texts[best]) if best else None
-        if not best or scores[best] < scores[0] - COMMAND_MARGIN or chosen_intent is None:
+        if not best or scores[best] < scores[0] - COMMAND_MARGIN or only_drops_words(texts[0], texts[best]):
+            return result
+        chosen_intent = sentences.recognize(texts[best])
+        if chosen_intent is None:
             return result
         chosen = texts[best]
         first, last = result.segments[0], result.segments[-1]

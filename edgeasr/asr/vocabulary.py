@@ -17,7 +17,7 @@ PROMPT_TOKENS = 64  # budget of the names prompt, in tokens
 KEYTERM_BOOST = 1.0  # logits added to a token that begins a name or term (more deeper into one)
 # a home's sentence is taken for the decoded text when the decoder finds it at most this much
 # less likely (mean log-probability per token)
-COMMAND_MARGIN = 0.6
+COMMAND_MARGIN = 0.8
 # the means by which decoding hears a vocabulary: the names as the prompt of the home's
 # sentences, a boost of their tokens (a trie, shallow fusion), and the home's sentences as a
 # grammar (Transcriber.hearing)

@@ -6,7 +6,9 @@ Each utterance of the set, followed by `--trailing-s` of silence (Home Assistant
 alternates, so a busy spell of the machine slows both alike), at real time or at once. Per
 server: the time from `audio-stop` to `transcript` (median, p90), the WER and CER after
 Whisper's English normalizer, and for utterances over `--partial-min-s` sent at real time, the
-time from the first audio to the first `transcript-chunk`. `packaging/bench-wyoming.sh`
+time from the first audio to the first `transcript-chunk`. With `--home FILE`, every request
+carries that home's names as `transcript_names` (as a client that knows the home sends them), and
+the report gives sentence accuracy too. `packaging/bench-wyoming.sh`
 starts edgeasr and wyoming-faster-whisper on the same weights and runs this.
 """
 
@@ -31,6 +33,9 @@ def register(subparsers) -> None:
                    help="silence after each utterance before audio-stop (default 0.7)")
     p.add_argument("--partial-min-s", type=float, default=3.0,
                    help="utterances longer than this count for the time to the first partial")
+    p.add_argument("--home", type=Path, default=None, metavar="FILE",
+                   help="send every name of this home file (entities and their aliases, areas, floors) "
+                        "as each request's transcript_names")
     p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.set_defaults(func=main)
@@ -48,6 +53,13 @@ def _servers(specs: list[str]) -> dict[str, str]:
     return servers
 
 
+def _names(home: Path) -> list[str]:
+    """Every way the home file names something, once each: what a Wyoming request may carry."""
+    from edgeasr.home.names import load_home
+
+    return list(dict.fromkeys(s for n in load_home(home, key="--home").names for s in n.spoken))
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
@@ -63,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
     from edgeasr.wyoming.server import request
 
     servers = _servers(args.server)
+    names = _names(args.home) if args.home else None
     utterances = read_set(args.dataset, args.limit)
     silence = np.zeros(int(args.trailing_s * SAMPLE_RATE), np.float32)
     results: dict[str, list[dict]] = {name: [] for name in servers}
@@ -72,13 +85,13 @@ def main(args: argparse.Namespace) -> int:
         order = list(servers) if i % 2 == 0 else list(servers)[::-1]
         for name in order:
             reply = asyncio.run(request(servers[name], pcm, rate=SAMPLE_RATE, width=2, channels=1,
-                                        chunk_s=0.1, realtime=args.realtime))
+                                        chunk_s=0.1, realtime=args.realtime, names=names))
             results[name].append({"id": u["id"], "duration_s": float(u["duration_s"]), **vars(reply)})
         print(f"bench-wyoming: {i + 1}/{len(utterances)} {u['id']}", file=sys.stderr)
     norm = EnglishTextNormalizer()
     references = {u["id"]: norm(u["reference"]) for u in utterances}
     report: dict = {"utterances": len(utterances), "realtime": args.realtime, "trailing_s": args.trailing_s,
-                    "servers": {}}
+                    "transcript_names": len(names or ()), "servers": {}}
     for name, rows in results.items():
         ok = [r for r in rows if r["text"] is not None]
         stops = [r["stop_to_transcript_s"] * 1e3 for r in ok]
@@ -92,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
             "utterances_with_partials": sum(1 for r in ok if r["chunks"]) if args.realtime else None,
             "wer": round(jiwer.wer([references[r["id"]] for r in ok], [norm(r["text"]) for r in ok]), 4),
             "cer": round(jiwer.cer([references[r["id"]] for r in ok], [norm(r["text"]) for r in ok]), 4),
+            "sentence_accuracy": round(sum(norm(r["text"]) == references[r["id"]] for r in ok) / len(rows), 4),
         }
     print(json.dumps(report, indent=2))
     if args.out:

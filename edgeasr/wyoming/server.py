@@ -643,15 +643,16 @@ class Exchange:
 
 
 async def request(uri: str, pcm: bytes, *, rate: int, width: int, channels: int, chunk_s: float,
-                  realtime: bool, timeout_s: float = FINAL_TIMEOUT_S) -> Exchange:
-    """Send one utterance as Home Assistant does (transcribe, audio-start, chunks of chunk_s,
-    at real time or at once, audio-stop) and time what comes back."""
+                  realtime: bool, timeout_s: float = FINAL_TIMEOUT_S, names: list[str] | None = None) -> Exchange:
+    """Send one utterance as Home Assistant does (transcribe with `names` as its
+    transcript_names, audio-start, chunks of chunk_s, at real time or at once, audio-stop) and
+    time what comes back."""
     from wyoming.client import AsyncClient
 
     out = Exchange()
     step = max(1, int(chunk_s * rate)) * width * channels
     async with AsyncClient.from_uri(uri) as client:
-        await client.write_event(Transcribe().event())
+        await client.write_event(Transcribe(transcript_names=names or None).event())
         await client.write_event(AudioStart(rate=rate, width=width, channels=channels).event())
         t0 = time.monotonic()
         reader = asyncio.ensure_future(client.read_event())
