@@ -37,7 +37,9 @@ def test_transcribe_json_contract(tiny_default_bundle, dev_dir, dev_manifest):
     refs = {r["id"]: r["reference"] for r in dev_manifest}
     for name, obj in zip(names, lines):
         assert set(obj) >= {"file", "text", "segments", "duration_s", "windows", "tokens", "timings_ms"}
-        assert set(obj["timings_ms"]) == {"load", "features", "encoder", "decoder", "total"}
+        # `words` when the judge of decoder.drop_unspoken_words aligned words
+        assert {"load", "features", "encoder", "decoder", "total"} <= set(obj["timings_ms"])
+        assert set(obj["timings_ms"]) <= {"load", "features", "encoder", "decoder", "total", "words"}
         for seg in obj["segments"]:
             assert set(seg) >= {"start", "end", "text", "avg_logprob", "no_speech_prob"}
         assert obj["timings_ms"]["total"] >= obj["timings_ms"]["encoder"] > 0

@@ -2,8 +2,10 @@
 
 The JSON names (file, text, segments, duration_s, windows, tokens, timings_ms with load,
 features, encoder, decoder, total) are a public contract; with --words (output.words) each
-segment has `words` (word, start, end in seconds from the file's start, probability) and
-timings_ms `words`. A file that cannot be read
+segment has `words` (word, start, end in seconds from the file's start, probability).
+timings_ms also has `words` when words were aligned (--words, or the judge of
+decoder.drop_unspoken_words) and `command` when the home's sentences were searched. A file
+that cannot be read
 gets one line on stderr; the other files are still transcribed, and the exit code is
 that of the first failure.
 """
