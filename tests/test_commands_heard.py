@@ -218,3 +218,21 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
         reached = search.search(engine.decoder, primed, batch=batch, floor=one[1] - 0.1)
         assert reached is not None and reached[0] == one[0]
         assert search.search(engine.decoder, primed, batch=batch, floor=0.0) is None
+
+
+def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
+    """The places in the graph the search has been are cached (GrammarSearch.max_places each):
+    with a cache too small for one search, it finds the same sentence."""
+    from edgeasr.asr.grammar import GrammarSearch
+
+    graph = sentences_for(load_home(HOME), "en").graph()
+    tok = tiny.tokenizer
+    roomy, tight = (GrammarSearch(graph, tok.encode, tok.decode, tiny.bundle.tokens.eot, max_places=n)
+                    for n in (4096, 8))
+    mel = log_mel(said(speakers, "turn on the Nanoleaf Shapes"), tiny.spec)
+    primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
+    found = roomy.search(tiny.decoder, primed)
+    assert found is not None and found == tight.search(tiny.decoder, primed)
+    assert "nanoleaf shapes" in normalize(tok.decode(found[0]))
+    caches = (tight._closures, tight._labelled, tight._allowed, tight._next)
+    assert all(0 < len(c) <= 8 for c in caches) and len(roomy._next) > 8

@@ -442,6 +442,22 @@ def test_a_client_still_sending_after_its_error_reads_it_and_a_clean_close(light
         sock.shutdown(socket.SHUT_WR)
 
 
+def test_stopping_with_clients_connected_logs_nothing(light, caplog):
+    """A server stopped (the daemon's SIGTERM) with connections open ends them quietly: no
+    task cancelled into asyncio's log, none left pending."""
+    srv = light()
+    clients = [connect(srv.port) for _ in range(3)]
+    clients[0].sendall(start16())  # one of them in a session
+    wait_until(lambda: srv.server.stats.connections == 3)
+    caplog.clear()
+    srv.server.stop()
+    for sock in clients:
+        sock.close()
+    assert_no_traceback(caplog)
+    for sign in ("Exception in callback", "Task was destroyed", "CancelledError"):
+        assert sign not in caplog.text, caplog.text
+
+
 # -- the daemon in a subprocess: what an attack costs it --------------------------------------
 
 

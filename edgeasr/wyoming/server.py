@@ -273,6 +273,10 @@ class WyomingServer:
         self.stats.connections = len(self._connections)
         try:
             await handler.run()
+        except asyncio.CancelledError:
+            # the server is stopping (_shutdown): the connection's end, not its failure (asyncio's
+            # stream callback would log a task that ends cancelled as an exception)
+            pass
         finally:
             self._connections.pop(handler, None)
             self.stats.connections = len(self._connections)
@@ -295,9 +299,11 @@ class WyomingServer:
             self._server.close()
         for handler in list(self._connections):
             handler.writer.transport.abort()
-        for task in asyncio.all_tasks():
-            if task is not asyncio.current_task():
-                task.cancel()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:  # let them end before the loop stops (else: "Task was destroyed but it is pending")
+            await asyncio.wait(tasks, timeout=1.0)
         if self._socket is not None:
             path, inode = self._socket
             try:
