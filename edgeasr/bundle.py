@@ -110,10 +110,18 @@ class Bundle:
     def has(self, role: str) -> bool:
         return role in self.manifest["files"]
 
+    def graph(self, role: str, precision: str) -> Path:
+        """A graph's file at the precision it runs at (int8 graphs are the roles `ROLE_int8`)."""
+        return self.path(_at(role, precision))
+
     def has_graph(self, role: str, precision: str) -> bool:
-        """Is a graph there at the precision it runs at (int8 graphs are the roles `ROLE_int8`;
-        a bundle imported without the fp32 extra has only those)?"""
-        return self.has(role + ("_int8" if precision == "int8" else ""))
+        """Is a graph there at the precision it runs at (a bundle imported without the fp32
+        extra has only the int8 ones)?"""
+        return self.has(_at(role, precision))
+
+
+def _at(role: str, precision: str) -> str:
+    return role + ("_int8" if precision == "int8" else "")
 
 
 def sha256_files(paths: list[Path]) -> str:

@@ -51,9 +51,8 @@ class BatchDecoderSession:
                  precision: str = DecoderConfig.precision, threads: int = DecoderConfig.threads) -> None:
         if not 1 < size <= MAX_BEAM:
             raise ConfigError(f"decoder.beam_size: {size} is not allowed (2..{MAX_BEAM} for a beam)")
-        suffix = "_int8" if precision == "int8" else ""
         self.bundle, self.decoder, self.size = bundle, decoder, size
-        self.session = ort_session(bundle.path(BATCH_STEP_ROLE + suffix), threads, spin_after_run_us=STEP_SPIN_US)
+        self.session = ort_session(bundle.graph(BATCH_STEP_ROLE, precision), threads, spin_after_run_us=STEP_SPIN_US)
         layers, d = bundle.decoder_layers, bundle.d_model
         self.cache = np.zeros((layers, 2, size, bundle.n_text_ctx, d), np.float32)
         self.rows = np.zeros((size, 1, d), np.float32)  # each hypothesis' new token's row

@@ -150,15 +150,14 @@ class SilenceRows:
 class DecoderSession:
     def __init__(self, bundle: Bundle, precision: str = DecoderConfig.precision,
                  threads: int = DecoderConfig.threads) -> None:
-        suffix = "_int8" if precision == "int8" else ""
         self.bundle = bundle
-        self.cross = ort_session(bundle.path("decoder_cross" + suffix), threads)
+        self.cross = ort_session(bundle.graph("decoder_cross", precision), threads)
         # the step is run token after token, ~0.2 ms apart (the logit rules): its threads spin
         # through the gap instead of sleeping, and stop soon after a window's last token
         # (measured: ~5 ms of CPU in all).
         # Measured on the dev set against 0.5's separate step (1 thread) and head (2 threads,
         # sleeping between runs): decoder -16 to -18 % per window, the same tokens
-        self.step_session = ort_session(bundle.path("decoder_step" + suffix), threads,
+        self.step_session = ort_session(bundle.graph("decoder_step", precision), threads,
                                         spin_after_run_us=STEP_SPIN_US)
         # per layer, self-attention K and V: the first `length` rows are filled
         self.cache = np.zeros((bundle.decoder_layers, 2, bundle.n_text_ctx, bundle.d_model), np.float32)

@@ -44,9 +44,8 @@ class WordAligner:
                  options: alignment.AlignOptions = alignment.DEFAULT_OPTIONS) -> None:
         if not bundle.alignment_heads:
             raise ModelError(f"{bundle.root}: the manifest lists no alignment heads (no word timestamps)")
-        suffix = "_int8" if precision == "int8" else ""
         self.bundle, self.decoder, self.options = bundle, decoder, options
-        self.session = ort_session(bundle.path(ALIGN_ROLE + suffix), threads)
+        self.session = ort_session(bundle.graph(ALIGN_ROLE, precision), threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.tokenizer = Tokenizer(bundle)
 
