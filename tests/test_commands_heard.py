@@ -208,16 +208,18 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
     mel = log_mel(audio, engine.spec)
     encoded, options = engine.encoder.encode(mel), replace(engine.options, language="en")
     primed = prime(engine.decoder, encoded, options, silence_level(mel))
-    one = search.search(engine.decoder, primed)
+    ones = search.search(engine.decoder, primed)
     batched = search.search(engine.decoder, primed, batch=engine.batch_session())
-    assert one is not None and batched is not None
-    assert one[0] == batched[0] and abs(one[1] - batched[1]) < 0.05
+    assert ones and batched
+    one = ones[0]
+    assert one[0] == batched[0][0] and abs(one[1] - batched[0][1]) < 0.05
     assert normalize(engine.tokenizer.decode(one[0])) == "pause the timer"
+    assert [s for _, s in ones] == sorted((s for _, s in ones), reverse=True)  # likeliest first
     # a floor the sentence reaches changes nothing; one no sentence can reach ends the search
     for batch in (None, engine.batch_session()):
         reached = search.search(engine.decoder, primed, batch=batch, floor=one[1] - 0.1)
-        assert reached is not None and reached[0] == one[0]
-        assert search.search(engine.decoder, primed, batch=batch, floor=0.0) is None
+        assert reached and reached[0][0] == one[0]
+        assert search.search(engine.decoder, primed, batch=batch, floor=0.0) == []
 
 
 def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
@@ -232,7 +234,7 @@ def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
     mel = log_mel(said(speakers, "turn on the Nanoleaf Shapes"), tiny.spec)
     primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
     found = roomy.search(tiny.decoder, primed)
-    assert found is not None and found == tight.search(tiny.decoder, primed)
-    assert "nanoleaf shapes" in normalize(tok.decode(found[0]))
+    assert found and found == tight.search(tiny.decoder, primed)
+    assert "nanoleaf shapes" in normalize(tok.decode(found[0][0]))
     caches = (tight._closures, tight._labelled, tight._allowed, tight._next)
     assert all(0 < len(c) <= 8 for c in caches) and len(roomy._next) > 8

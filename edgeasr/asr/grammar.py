@@ -83,9 +83,9 @@ class GrammarSearch:
         self._labelled: dict[frozenset[int], tuple[tuple[str, int], ...]] = {}
 
     def search(self, session: DecoderSession, primed: Primed, beam: int = BEAM, max_tokens: int = MAX_TOKENS,
-               batch: BatchDecoderSession | None = None, floor: float = -np.inf) -> tuple[list[int], float] | None:
-        """The likeliest of the graph's sentences for the window: its tokens and mean
-        log-probability per token (end-of-text included), or None when none was finished.
+               batch: BatchDecoderSession | None = None, floor: float = -np.inf) -> list[tuple[list[int], float]]:
+        """The graph's sentences the search finished for the window, likeliest first: each one's
+        tokens and mean log-probability per token (end-of-text included); none, or up to `beam`.
         It stops once a finished sentence is likelier than every one under way (a token more
         only lowers a sum), and does not go on with a sentence that can no longer reach a mean
         of `floor` (its sum spread over the most tokens it may have): speech that is no
@@ -126,10 +126,10 @@ class GrammarSearch:
                                               session.cache[:, :, base : base + n + 1].copy()))
             if not hypotheses or len(finished) >= beam:
                 break
-        return max(finished, key=lambda f: f[1]) if finished else None
+        return sorted(finished, key=lambda f: -f[1])
 
     def _search_batched(self, batch: BatchDecoderSession, first: np.ndarray, beam: int,
-                        max_tokens: int, floor: float = -np.inf) -> tuple[list[int], float] | None:
+                        max_tokens: int, floor: float = -np.inf) -> list[tuple[list[int], float]]:
         """`search` with the hypotheses as the rows of one batched step."""
         batch.begin()
         alive: list[tuple[list[int], float, _Where, int]] = [
@@ -161,7 +161,7 @@ class GrammarSearch:
             batch.reorder(parents)
             rows = batch.step([g[0][-1] for g in going] + [going[0][0][-1]] * (batch.size - len(going)))
             alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
-        return max(finished, key=lambda f: f[1]) if finished else None
+        return sorted(finished, key=lambda f: -f[1])
 
     # -- the graph, token by token ------------------------------------------------------------
     def _room(self, cache: dict) -> None:

@@ -38,7 +38,7 @@ from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.bundle import Bundle
 from edgeasr.config import GATE_FAILURE_ACTIONS, DecoderConfig
 from edgeasr.errors import ConfigError
-from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary, Word, WordGraph
+from edgeasr.stages import Intent, Sentences, TextSegment, Transcription, Vocabulary, Word, WordGraph
 
 log = logging.getLogger(__name__)
 
@@ -336,11 +336,11 @@ class Transcriber:
 
     def _as_command(self, result: Transcription, walk: _Walk, vocabulary: Vocabulary) -> Transcription:
         """One window of speech heard with the home's vocabulary: its intent when the text is one
-        of the home's sentences; else the home's sentence the audio is likeliest to be (a
-        decoding held to the home's sentences, asr/grammar.py) is weighed against the text as
-        decoded (decoding.score_texts, read the same way), and taken when it is within
-        COMMAND_MARGIN of the text's own score: a command heard slightly wrong is put right,
-        other speech is left as it was decoded."""
+        of the home's sentences; else the home's sentences the audio is likeliest to be (a
+        decoding held to them, asr/grammar.py) are weighed against the text as decoded
+        (decoding.score_texts, read the same way), and the likeliest one within COMMAND_MARGIN
+        of the text's own score is taken, unless it only leaves out words of the text: a command
+        heard slightly wrong is put right, other speech is left as it was decoded."""
         assert walk.last is not None and self.sentences is not None
         t0 = time.monotonic()
         sentences = self.sentences(vocabulary, result.language)
@@ -351,33 +351,33 @@ class Transcriber:
             return replace(result, intent=intent)
         encoded, silence = walk.last
         options = replace(self.options, language=result.language)
-        texts, heard = [result.text], self.tokenizer.encode(" " + result.text)
+        heard = self.tokenizer.encode(" " + result.text)
         names = self._names(vocabulary) if "prompt" in self.hearing else []
         primed = prime(self.decoder, encoded, options, silence, names)  # one start for both readings
-        scores = score_texts(self.decoder, primed, [heard])
+        floor = score_texts(self.decoder, primed, [heard])[0] - COMMAND_MARGIN
         # a command is about as long as what was heard: the search goes little further
         batch = self.batch_session() if self.batch_session is not None else None
         held = self._grammar(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
-                                                       batch=batch, floor=scores[0] - COMMAND_MARGIN)
-        if held is not None:
-            texts.append(self.tokenizer.decode(held[0]).strip())
-            scores.append(held[1])
+                                                       batch=batch, floor=floor)
+        texts = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
         result.timings_ms["command"] = (time.monotonic() - t0) * 1e3
-        log.debug("the home's sentences %s scored %s against %.3f", texts[1:], [round(x, 3) for x in scores[1:]],
-                  scores[0])
-        best = max(range(1, len(texts)), key=lambda i: scores[i], default=0)
-        if not best or scores[best] < scores[0] - COMMAND_MARGIN or only_drops_words(texts[0], texts[best]):
-            return result
-        chosen_intent = sentences.recognize(texts[best])
-        if chosen_intent is None:
-            return result
-        chosen = texts[best]
+        log.debug("the home's sentences %s against %.3f", texts, floor + COMMAND_MARGIN)
+        for chosen, score in texts:
+            if score < floor:
+                break
+            if only_drops_words(result.text, chosen) or (intent := sentences.recognize(chosen)) is None:
+                continue
+            return self._taken(result, walk, chosen, score, intent)
+        return result
+
+    def _taken(self, result: Transcription, walk: _Walk, chosen: str, score: float, intent: Intent) -> Transcription:
+        """The window's transcription as the home's sentence `chosen`, one segment over its speech."""
         first, last = result.segments[0], result.segments[-1]
         tokens = tuple(self.tokenizer.encode(" " + chosen))
         segment = TextSegment(start=first.start, end=last.end, text=" " + chosen, tokens=tokens,
-                              avg_logprob=scores[best], no_speech_prob=first.no_speech_prob,
+                              avg_logprob=score, no_speech_prob=first.no_speech_prob,
                               compression_ratio=compression_ratio(chosen))
-        return replace(result, text=chosen, segments=(segment,), intent=chosen_intent,
+        return replace(result, text=chosen, segments=(segment,), intent=intent,
                        context=tuple([*walk.context[: walk.before], *tokens][-self.max_prompt:]))
 
     def _grammar(self, graph: WordGraph) -> GrammarSearch:
