@@ -47,9 +47,10 @@ def test_every_mode_and_every_round_gives_the_same_text(tiny_default_bundle, dev
             for round_ in (1, 2):
                 texts[f"daemon, as fast as read, round {round_}"] = daemon(tiny_default_bundle, wav, False, tmp_path)
                 texts[f"daemon, real time, round {round_}"] = daemon(tiny_default_bundle, wav, True, tmp_path)
-                texts[f"wyoming, at once, round {round_}"] = asyncio.run(transcribe(server.uri, pcm)).text
-                texts[f"wyoming, real time, round {round_}"] = asyncio.run(transcribe(server.uri, pcm,
-                                                                                      realtime=True)).text
+                for mode, realtime in (("at once", False), ("real time", True)):
+                    reply = asyncio.run(transcribe(server.uri, pcm, realtime=realtime))
+                    assert reply.error is None, (name, mode, reply.error)
+                    texts[f"wyoming, {mode}, round {round_}"] = reply.text
             assert texts["transcribe"], name
             assert len(set(texts.values())) == 1, (name, texts)
     finally:

@@ -125,31 +125,40 @@ async def transcribe(uri: str, audio: np.ndarray, rate: int = 16000, width: int 
         t0 = time.monotonic()
         sender = asyncio.create_task(send_audio(client, pcm, rate, width, channels, realtime))
         stopped: float | None = None
-        while True:
-            if stopped is None and sender.done():
-                await sender
-                await client.write_event(AudioStop().event())
-                stopped = time.monotonic()
-            try:
-                event = await asyncio.wait_for(client.read_event(), 0.05 if stopped is None else 60)
-            except TimeoutError:
-                continue
-            if event is None:
-                break
-            reply.events.append(event.type)
-            if TranscriptChunk.is_type(event.type):
-                reply.chunks.append(TranscriptChunk.from_event(event).text)
-                if stopped is None:
-                    reply.chunks_before_stop += 1
-                    reply.first_chunk_s = reply.first_chunk_s or time.monotonic() - t0
-            elif Transcript.is_type(event.type):
-                reply.text = Transcript.from_event(event).text
-                reply.stop_to_transcript_s = time.monotonic() - stopped if stopped else None
-            elif Error.is_type(event.type):
-                reply.error = Error.from_event(event)
-                break
-            elif TranscriptStop.is_type(event.type):
-                break
+        # one read at a time, never cancelled: a read cut between an event's header and its data
+        # would lose the event (asyncio.wait_for cancels on its timeout; asyncio.wait does not)
+        reading = asyncio.ensure_future(client.read_event())
+        try:
+            while True:
+                if stopped is None and sender.done():
+                    await sender
+                    await client.write_event(AudioStop().event())
+                    stopped = time.monotonic()
+                done, _ = await asyncio.wait({reading}, timeout=0.05 if stopped is None else 60)
+                if not done:
+                    if stopped is not None:
+                        raise TimeoutError("no reply within 60 s of audio-stop")
+                    continue
+                event = reading.result()
+                reading = asyncio.ensure_future(client.read_event())
+                if event is None:
+                    break
+                reply.events.append(event.type)
+                if TranscriptChunk.is_type(event.type):
+                    reply.chunks.append(TranscriptChunk.from_event(event).text)
+                    if stopped is None:
+                        reply.chunks_before_stop += 1
+                        reply.first_chunk_s = reply.first_chunk_s or time.monotonic() - t0
+                elif Transcript.is_type(event.type):
+                    reply.text = Transcript.from_event(event).text
+                    reply.stop_to_transcript_s = time.monotonic() - stopped if stopped else None
+                elif Error.is_type(event.type):
+                    reply.error = Error.from_event(event)
+                    break
+                elif TranscriptStop.is_type(event.type):
+                    break
+        finally:
+            reading.cancel()  # the read after the last event
     return reply
 
 
