@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgeasr.config import Config, as_dict, load_config
+from edgeasr.asr.decoding import PRESETS
+from edgeasr.config import DECODER_PRESETS, Config, as_dict, load_config
 from edgeasr.errors import ConfigError, MissingInputError
 from edgeasr.reload import flatten, live_keys
 
@@ -45,6 +46,10 @@ def test_shipped_file_and_dataclasses_cannot_drift():
 
     walk(Config(), raw, "")
     assert load_config(SHIPPED) == Config()
+
+
+def test_the_preset_names_config_allows_are_the_decoders_presets():
+    assert list(DECODER_PRESETS) == list(PRESETS)
 
 
 def test_every_key_in_the_shipped_file_has_a_comment():

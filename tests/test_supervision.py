@@ -180,13 +180,6 @@ def test_a_device_absent_at_start_fails_the_start():
         supervised(chip, FakeTime())
 
 
-def test_bad_settings():
-    with pytest.raises(ConfigError, match="encoder.max_failures"):
-        supervised(FakeChip(), FakeTime(), max_failures=0)
-    with pytest.raises(ConfigError, match="encoder.reopen_timeout_s"):
-        supervised(FakeChip(), FakeTime(), reopen_timeout_s=-1)
-
-
 def test_config_keys():
     from edgeasr.config import load_config
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NoReturn
 import numpy as np
 
 from edgeasr.config import EncoderConfig
-from edgeasr.errors import ConfigError, DeviceError, EdgeAsrError
+from edgeasr.errors import DeviceError, EdgeAsrError
 
 if TYPE_CHECKING:
     from edgeasr.asr.encoder import Encoder
@@ -86,10 +86,7 @@ class SupervisedEncoder:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if max_failures < 1:
-            raise ConfigError(f"encoder.max_failures: must be at least 1, got {max_failures}")
-        if reopen_timeout_s < 0:
-            raise ConfigError(f"encoder.reopen_timeout_s: must be >= 0, got {reopen_timeout_s}")
+        # their ranges are the encoder section's, checked when the config is loaded
         self.max_failures, self.reopen_timeout_s = max_failures, reopen_timeout_s
         self._open, self._clock, self._sleep = open_encoder, clock, sleep
         self._encoder: Encoder | None = open_encoder()

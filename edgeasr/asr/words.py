@@ -24,7 +24,7 @@ from edgeasr.asr.decoding import DecoderSession
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.bundle import ALIGN_ROLE, Bundle
-from edgeasr.config import DecoderConfig
+from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import ModelError
 from edgeasr.stages import Word
 
@@ -71,7 +71,7 @@ class WordAligner:
         return self.scores([*prompt, tok.no_timestamps, *tokens, tok.eot])
 
     def token_times(self, pieces: Sequence[Piece], n_samples: int, language: str,
-                    task: str = "transcribe") -> list[float]:
+                    task: str = ModelConfig.task) -> list[float]:
         """When each text token of the window just decoded starts, then when its text ends, in
         seconds from the window's start (`pieces.TokenTimes`)."""
         tokens = [t for p in pieces for t in p.tokens]
@@ -81,7 +81,7 @@ class WordAligner:
             positions=n_samples // a.hop_length // 2, seconds_per_position=a.seconds_per_position,
             options=self.options).tolist()
 
-    def words(self, pieces: Sequence[Piece], n_samples: int, language: str, task: str = "transcribe",
+    def words(self, pieces: Sequence[Piece], n_samples: int, language: str, task: str = ModelConfig.task,
               offset: float = 0.0) -> list[tuple[Word, ...]]:
         """The words of each piece of the window just decoded, in seconds from `offset` (the
         window's start in the audio); `n_samples`: the window's audio (its real positions)."""

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from edgeasr.models.scoring import Scorer, Utterance
 
 if TYPE_CHECKING:
+    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.asr.transcriber import Guards
     from edgeasr.config import Config
 
 # What a removed word was, in the text without the rule against the reference.
@@ -29,9 +31,9 @@ HIT, INSERTED, MISHEARD = "real", "made up", "misheard"
 class Setup:
     """What the rules switch on a built engine (asr.transcriber.Transcriber)."""
 
-    options: Any  # DecodingOptions
+    options: DecodingOptions
     gates: tuple
-    guards: Any  # Guards
+    guards: Guards
     judging_aligner: Callable | None
 
     @classmethod
@@ -60,7 +62,7 @@ def _without_guard(field: str) -> Callable[[Setup], Setup]:
     return lambda s: replace(s, guards=replace(s.guards, **{field: False}))
 
 
-def _option(field: str, value: object) -> Callable[[Setup], Setup]:
+def _option(field: str, value: Any) -> Callable[[Setup], Setup]:  # Any: the field is named at run time
     return lambda s: replace(s, options=replace(s.options, **{field: value}))
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from edgeasr.config import DecoderConfig
+from edgeasr.models import ARCHES, DTYPES
 
 
 def register(subparsers) -> None:
@@ -66,7 +67,7 @@ def register(subparsers) -> None:
 
     hef = sub.add_parser("compile-hef", help="parse, optimize and compile the encoder with the Hailo DFC")
     hef.add_argument("bundle", type=Path, metavar="BUNDLE")
-    hef.add_argument("--arch", choices=("hailo8", "hailo8l"), required=True)
+    hef.add_argument("--arch", choices=ARCHES, required=True)
     hef.add_argument("--calib", type=Path, default=None, metavar="FILE")
     hef.add_argument("--out", type=Path, default=None, metavar="HEF")
     hef.add_argument("--dry-run", action="store_true", help="print the exact commands only")
@@ -74,7 +75,7 @@ def register(subparsers) -> None:
 
     w = sub.add_parser("weights", help="every weight per layer and component, in bf16 or int8")
     w.add_argument("bundle", type=Path, metavar="BUNDLE")
-    w.add_argument("--dtype", choices=("bf16", "int8"), required=True)
+    w.add_argument("--dtype", choices=DTYPES, required=True)
     w.add_argument("--out", type=Path, required=True, metavar="DIR")
     w.set_defaults(func=_weights)
 

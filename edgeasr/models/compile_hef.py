@@ -56,10 +56,10 @@ from edgeasr.errors import (
     ToolMissingError,
     UsageError,
 )
+from edgeasr.models import ARCHES
 
 log = logging.getLogger(__name__)
 
-ARCHES = ("hailo8", "hailo8l")
 DFC_MIN = (3, 27)
 NET_NAME = "edgeasr_encoder"
 CALIB_PLACEHOLDER = "CALIB.npy"

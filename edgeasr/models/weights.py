@@ -27,10 +27,10 @@ import numpy as np
 
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import OutputError, ToolMissingError, UsageError
+from edgeasr.models import DTYPES
 
 FORMAT = "edgeasr-weights/1"
 MANIFEST = "manifest.json"
-DTYPES = ("bf16", "int8")
 GRAPH_ROLES = ("encoder", "encoder_30s", "decoder_cross", "decoder_step", "hailo_decoder")
 INT8_MAX = 127  # symmetric int8: -127..127, no -128, so dequantisation is odd-symmetric
 STACKS = ("encoder.", "decoder.")  # name prefixes the graph's role already states

@@ -36,7 +36,7 @@ import soxr
 
 from edgeasr.errors import EdgeAsrError
 from edgeasr.speech_end import decode_until
-from edgeasr.stages import SAMPLE_RATE, SpeechDetector, Vocabulary
+from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Transcription, Vocabulary
 from edgeasr.worker import Job, Lane, LaneFull
 
 SAMPLE_TYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
@@ -189,7 +189,7 @@ class Session:
         self._context: tuple[int, ...] = ()  # its last tokens: the prompt of what follows (worker thread)
         self._language = language or ""
         self._format: tuple[int, int, int] | None = None
-        self._resampler: Any = None
+        self._resampler: soxr.ResampleStream | None = None
         self._partial_due = 0.0
         self._committing = False
         self._speculation: _Speculation | None = None
@@ -300,7 +300,7 @@ class Session:
         speculation = _Speculation(self._speech_frames, self._committed, self._speech_end,
                                    Job(lambda e, s: None, 0.0))
 
-        def run(engine: Any, should_stop: Callable[[], bool]) -> None:
+        def run(engine: Engine, should_stop: Callable[[], bool]) -> None:
             audio, committed = self._pending()
             if committed != speculation.committed:
                 return  # a commit came first: the final decodes what is left
@@ -323,15 +323,15 @@ class Session:
         with self._lock:
             return self._audio.view(self._committed), self._committed
 
-    def _transcribe(self, engine: Any, audio: np.ndarray, final: bool,
-                    should_stop: Callable[[], bool] | None = None, max_windows: int | None = None) -> Any:
+    def _transcribe(self, engine: Engine, audio: np.ndarray, final: bool,
+                    should_stop: Callable[[], bool] | None = None, max_windows: int | None = None) -> Transcription:
         result = engine.transcribe(audio, final=final, language=self.language, should_stop=should_stop,
                                    prompt=self._context, max_windows=max_windows, vocabulary=self.vocabulary)
         if result.language:
             self._language = result.language
         return result
 
-    def _commit(self, engine: Any, should_stop: Callable[[], bool]) -> None:
+    def _commit(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
         audio, _ = self._pending()  # more than a window: the first one is decoded as offline
         result = self._transcribe(engine, audio, final=False, max_windows=1)
         with self._lock:
@@ -340,7 +340,7 @@ class Session:
         self._context = result.context
         self._committing = False
 
-    def _partial(self, engine: Any, should_stop: Callable[[], bool]) -> None:
+    def _partial(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
         audio, _ = self._pending()
         if len(audio):
             result = self._transcribe(engine, audio[: self.window], final=True, should_stop=should_stop)
@@ -348,7 +348,7 @@ class Session:
             if delta:
                 self.on_partial(delta)
 
-    def _final(self, engine: Any, speculation: _Speculation | None, speech_end: int) -> None:
+    def _final(self, engine: Engine, speculation: _Speculation | None, speech_end: int) -> None:
         audio, committed = self._pending()
         audio = audio[: self._heard(audio, committed, speech_end)]
         text = self._text
