@@ -89,3 +89,31 @@ def test_the_held_out_home_samples_commands_that_name_its_own_things():
     spoken = {s for n in held_out.names for s in n.spoken}
     named = [v for _, i in drawn for slot, v in i.slots if slot == "name"]
     assert len(drawn) == 20 and named and set(named) <= spoken
+
+
+def _on_graph(graph, words: list[str]) -> bool:
+    """Is `words` a sentence of the word graph (a path from its start to a final state)?"""
+    def close(states: set[int]) -> set[int]:
+        todo, seen = list(states), set(states)
+        while todo:
+            for label, to in graph.arcs.get(todo.pop(), ()):
+                if label is None and to not in seen:
+                    seen.add(to)
+                    todo.append(to)
+        return seen
+
+    states = close({graph.start})
+    for word in words:
+        states = close({to for s in states for label, to in graph.arcs.get(s, ()) if label == word})
+    return bool(states & graph.finals)
+
+
+@pytest.mark.parametrize("text", ["volume up", "volume down", "increase the volume", "pause",
+                                  "turn on the Nanoleaf Shapes", "set the Ecobee fan to automatic"])
+def test_the_word_graph_holds_the_sentences_hassil_matches(sentences, text):
+    """The graph the decoder is held to holds what hassil matches, list values said in
+    alternatives included ("volume up": `volume_step` is '(up|increase)'; fan modes)."""
+    assert sentences.recognize(text) is not None, text
+    words = text.replace("Nanoleaf Shapes", "Nanoleaf_Shapes").split()  # a name is one label
+    words = [w.replace("_", " ") for w in words]
+    assert _on_graph(sentences.graph(), words), text

@@ -16,6 +16,7 @@ satellite in an area: the home's first area unless another is given.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +38,7 @@ BEST_SLOT = "name"
 SAMPLE_TRIES = 50  # random sentences drawn per sentence wanted before giving up
 SKIP = "<skip>"  # hassil's FST arc for a word the sentence may begin or end with unheard
 SENTENCES_CACHE = 8  # vocabularies whose sentences are kept built (a home's changes seldom)
+MAX_WAYS = 32  # ways to say one list value taken into the word graph (its alternatives)
 
 
 def _vendor() -> tuple[Any, Any]:
@@ -125,8 +127,7 @@ class HomeSentences:
                             found.setdefault(ref.slot_name, set()).add(WordGraph.NUMBER)
                         elif isinstance(slot_list, h.TextSlotList):
                             found.setdefault(ref.slot_name, set()).update(
-                                " ".join(str(v.text_in.text).split()) for v in slot_list.values
-                                if isinstance(v.text_in, h.TextChunk))
+                                way for v in slot_list.values for way in _ways_to_say(h, v.text_in))
         return {slot: tuple(sorted(v for v in values if v)) for slot, values in found.items()}
 
     def sample(self, rng: random.Random, n: int, intents: Iterable[str] | None = None) -> list[tuple[str, Intent]]:
@@ -218,6 +219,18 @@ def _intents(language: str) -> Any:
     if not data:
         raise UsageError(f"home-assistant-intents has no sentences for language {language!r}")
     return hassil.Intents.from_dict(data)
+
+
+def _ways_to_say(hassil: Any, text_in: Any) -> Iterator[str]:
+    """Every way a list value of the templates is said: a word, or alternatives ("(up|increase)"
+    of `volume_step`, the fan modes, the cover classes)."""
+    if isinstance(text_in, hassil.TextChunk):
+        yield " ".join(str(text_in.text).split())
+        return
+    from hassil.sample import sample_expression
+
+    for text in itertools.islice(sample_expression(text_in), MAX_WAYS):
+        yield " ".join(text.split())
 
 
 def _said_in(slot_list: Any) -> list[str]:
