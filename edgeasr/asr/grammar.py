@@ -24,7 +24,7 @@ from edgeasr.stages import WordGraph
 BEAM = 3  # hypotheses kept at each step
 MAX_TOKENS = 32  # a command longer than this is not one of the home's
 MARKS = (",", ".", "?", "!")  # may come between words and at the end
-BARE = ("%", "-", "'s")  # written without a space before them
+BARE = ("%", "-", "'s")  # a word that begins so is written without a space before it ("-hours")
 # places in the graph whose closures, arcs, allowed tokens and next places are kept: a cache
 # that is full starts again (measured: ~700 places and 11 MB after 150 commands, still growing)
 MAX_PLACES = 2048
@@ -185,7 +185,7 @@ class GrammarSearch:
     def _spelled(self, label: str) -> tuple[tuple[int, ...], ...]:
         if label not in self._spellings:
             forms = {label, label.lower(), label[:1].upper() + label[1:]}
-            bare = label in BARE
+            bare = label.startswith(BARE)
             self._spellings[label] = tuple({tuple(self.encode(("" if bare else " ") + f)) for f in forms})
         return self._spellings[label]
 

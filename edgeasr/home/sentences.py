@@ -91,22 +91,10 @@ class HomeSentences:
         free text (a message, a shopping-list item) and the FST's word-skipping arcs left out:
         free decoding hears those."""
         if self._graph is None:
-            from hassil.fst import EPS, SPACE, intents_to_fst
+            from hassil.fst import intents_to_fst
 
             fst = intents_to_fst(self._intents, self._slot_lists)
-            said = self._slot_values()
-            arcs: dict[int, list[tuple[str | None, int]]] = {}
-            for state, out in fst.arcs.items():
-                for arc in out:
-                    label = arc.in_label
-                    if label in (EPS, SPACE):
-                        arcs.setdefault(state, []).append((None, arc.to_state))
-                    elif label.startswith("{") and label.endswith("}"):
-                        for value in said.get(label[1:-1], ()):
-                            arcs.setdefault(state, []).append((value, arc.to_state))
-                    elif label != SKIP:
-                        arcs.setdefault(state, []).append((label, arc.to_state))
-            self._graph = WordGraph(fst.start, {k: tuple(v) for k, v in arcs.items()}, frozenset(fst.final_states))
+            self._graph = WordGraph(fst.start, _word_arcs(fst, self._slot_values()), frozenset(fst.final_states))
         return self._graph
 
     def _slot_values(self) -> dict[str, tuple[str, ...]]:
@@ -219,6 +207,58 @@ def _intents(language: str) -> Any:
     if not data:
         raise UsageError(f"home-assistant-intents has no sentences for language {language!r}")
     return hassil.Intents.from_dict(data)
+
+
+def _word_arcs(fst: Any, said: dict[str, tuple[str, ...]]) -> dict[int, tuple[tuple[str | None, int], ...]]:
+    """The FST's arcs as a WordGraph's: a slot's arc becomes one per value said for it, a space
+    or an epsilon one that says nothing, and the pieces of a word become whole words. hassil
+    spells "hour[s]" as the arc "hour" and an optional arc "s" with no space between: from
+    where a word may start (the start, after a space or a slot), every run of pieces to where
+    the word may end is one arc ("hour", "hours"); a piece only inside a word has none."""
+    from hassil.fst import EPS, SPACE
+
+    def is_slot(label: str) -> bool:
+        return label.startswith("{") and label.endswith("}")
+
+    def is_piece(label: str) -> bool:
+        return label not in (EPS, SPACE, SKIP) and not is_slot(label)
+
+    def over_eps(states: Iterable[int]) -> set[int]:
+        todo, seen = list(states), set(states)
+        while todo:
+            for arc in fst.arcs.get(todo.pop(), ()):
+                if arc.in_label == EPS and arc.to_state not in seen:
+                    seen.add(arc.to_state)
+                    todo.append(arc.to_state)
+        return seen
+
+    starts = over_eps([fst.start, *(arc.to_state for out in fst.arcs.values() for arc in out
+                                    if not is_piece(arc.in_label) and arc.in_label != EPS)])
+
+    def may_end(state: int) -> bool:
+        return any(s in fst.final_states or any(not is_piece(a.in_label) and a.in_label != EPS
+                                                for a in fst.arcs.get(s, ())) for s in over_eps([state]))
+
+    def words(state: int, word: str, seen: frozenset[int]) -> Iterator[tuple[str, int]]:
+        """The words that go on from `word` at `state`, and where each ends."""
+        if may_end(state):
+            yield word, state
+        for arc in fst.arcs.get(state, ()):
+            if arc.to_state not in seen and (arc.in_label == EPS or is_piece(arc.in_label)):
+                more = "" if arc.in_label == EPS else arc.in_label
+                yield from words(arc.to_state, word + more, seen | {arc.to_state})
+
+    arcs: dict[int, list[tuple[str | None, int]]] = {}
+    for state, out in fst.arcs.items():
+        for arc in out:
+            label = arc.in_label
+            if label in (EPS, SPACE):
+                arcs.setdefault(state, []).append((None, arc.to_state))
+            elif is_slot(label):
+                arcs.setdefault(state, []).extend((value, arc.to_state) for value in said.get(label[1:-1], ()))
+            elif is_piece(label) and state in starts:
+                arcs.setdefault(state, []).extend(words(arc.to_state, label, frozenset([arc.to_state])))
+    return {state: tuple(dict.fromkeys(out)) for state, out in arcs.items()}
 
 
 def _ways_to_say(hassil: Any, text_in: Any) -> Iterator[str]:
