@@ -224,6 +224,24 @@ def test_greedy_tokens_match_ctranslate2(tiny_bundle, tiny_ct2, dev_dir, clip):
     assert got == expected
 
 
+def test_a_window_started_again_keeps_its_cross_kv_and_another_window_gets_its_own(tiny_bundle, dev_dir):
+    """DecoderSession.start on the encoder output it last ran (a retry, a command's readings)
+    keeps the cross K/V; another window's output, or other padding, runs them again: each gives
+    the tokens a session started afresh gives."""
+    bundle = load_bundle(tiny_bundle)
+    encoder = OnnxEncoder(bundle, "fp32")
+    one, two = (encoder.encode(mel_of(dev_dir, clip, bundle)) for clip in CLIPS[:2])
+    fresh = {id(f): greedy_no_timestamps(bundle, DecoderSession(bundle, "fp32", 2), f) for f in (one, two)}
+    session = DecoderSession(bundle, "fp32", 2)
+    for features in (one, one, two, one, two, two):
+        assert greedy_no_timestamps(bundle, session, features) == fresh[id(features)]
+    assert fresh[id(one)] != fresh[id(two)]
+    session.start(one, padding=0)
+    cross = {name: array.copy() for name, array in session.cross_inputs().items()}
+    session.start(one, padding=1500, silence=-1.0)  # the same window, padded: run again
+    assert any(not np.array_equal(cross[name], array) for name, array in session.cross_inputs().items())
+
+
 def test_padding_without_the_padding_rows_matches_ctranslate2(tiny_bundle, tiny_ct2, dev_dir):
     """Padding the encoder output to 700 positions is done as one zero row plus a score
     bias log(200) (DecoderSession.start): the logits equal CTranslate2's on 200 real zero rows."""

@@ -184,6 +184,8 @@ class DecoderSession:
         self._cross: dict[str, np.ndarray] = {}
         self.cross_bias = np.zeros(0, np.float32)
         self.length = 0
+        # the encoder output (a new array per window), padding and silence level `start` last ran
+        self._window: tuple[np.ndarray, int, float | None] | None = None
 
     def start(self, audio_features: np.ndarray, padding: int, silence: float | None = None) -> None:
         """Cross-attention K/V for a window; resets the self-attention cache.
@@ -194,7 +196,13 @@ class DecoderSession:
         output of silence at level `silence` (the window's log-mel silence value; see
         `SilenceRows`), whose attention score is raised by log(count) so it weighs as
         count rows would. Measured on the dev set: WER 12.0 -> 10.2 % over zero rows.
+
+        The same window again (a retry, the aligner, a command's readings) keeps its K/V.
         """
+        window = (audio_features, padding, silence)
+        if self._window is not None and audio_features is self._window[0] and window[1:] == self._window[1:]:
+            self.length = 0
+            return
         t, d = audio_features.shape[1:]
         bias = np.zeros(t, np.float32)
         if padding > t:
@@ -208,6 +216,7 @@ class DecoderSession:
         self.binding.bind_cpu_input("cross_bias", bias)
         self.cross_bias = bias
         self.length = 0
+        self._window = window
 
     def _bind_cross(self, positions: int) -> None:
         """The cross-attention K/V land in buffers that the step graph reads in place; they
