@@ -86,10 +86,11 @@ class GrammarSearch:
                batch: BatchDecoderSession | None = None, floor: float = -np.inf) -> list[tuple[list[int], float]]:
         """The graph's sentences the search finished for the window, likeliest first: each one's
         tokens and mean log-probability per token (end-of-text included); none, or up to `beam`.
-        It stops once a finished sentence is likelier than every one under way (a token more
-        only lowers a sum), and does not go on with a sentence that can no longer reach a mean
-        of `floor` (its sum spread over the most tokens it may have): speech that is no
-        command ends the search early. The session was `prime`d with the window and the prompt.
+        It does not go on with a sentence that can no longer reach the mean of the best one
+        finished, nor `floor` (at best, its sum spread over the most tokens it may have: a
+        token more only lowers a sum, but may raise a mean, so a sum behind a finished one's is
+        no reason to stop), and stops when `beam` are finished: speech that is no command ends
+        the search early. The session was `prime`d with the window and the prompt.
         With `batch` (a bundle imported with the batched step), every hypothesis takes its step
         in one run."""
         session.length, logits = primed.length, primed.logits  # the window's prompt, as `prime` left it
@@ -99,7 +100,7 @@ class GrammarSearch:
         hypotheses = [_Hypothesis([], 0.0, _Where(self._close(frozenset([self.graph.start]))), logits,
                                   np.zeros((*session.cache.shape[:2], 0, session.cache.shape[3]), np.float32))]
         finished: list[tuple[list[int], float]] = []
-        best_sum = -np.inf  # of the finished sentences
+        best = -np.inf  # the best mean of the finished sentences
         for _ in range(max_tokens):
             scored: list[tuple[float, _Hypothesis, int]] = []
             for h in hypotheses:
@@ -114,9 +115,9 @@ class GrammarSearch:
             for total, h, token in scored[:beam]:
                 if token == self.eot:
                     finished.append((h.tokens, total / (len(h.tokens) + 1)))
-                    best_sum = max(best_sum, total)
+                    best = max(best, finished[-1][1])
                     continue
-                if total < best_sum or total / (max_tokens + 1) < floor:
+                if total / (max_tokens + 1) < max(floor, best):  # it can no longer win, nor reach the floor
                     continue  # it can only fall further behind a finished sentence, or below the floor
                 n = h.rows.shape[2]
                 session.cache[:, :, base : base + n] = h.rows
@@ -136,7 +137,7 @@ class GrammarSearch:
             ([], 0.0, _Where(self._close(frozenset([self.graph.start]))), 0)]  # tokens, total, where, row
         rows = np.tile(first, (batch.size, 1))
         finished: list[tuple[list[int], float]] = []
-        best_sum = -np.inf
+        best = -np.inf
         for _ in range(max_tokens):
             scored: list[tuple[float, int, int]] = []  # total, index in alive, token
             for i, (_, total, where, row) in enumerate(alive):
@@ -152,8 +153,8 @@ class GrammarSearch:
                 tokens, _, where, row = alive[i]
                 if token == self.eot:
                     finished.append((tokens, total / (len(tokens) + 1)))
-                    best_sum = max(best_sum, total)
-                elif total >= best_sum and total / (max_tokens + 1) >= floor:  # else: as in `search`
+                    best = max(best, finished[-1][1])
+                elif total / (max_tokens + 1) >= max(floor, best):  # else: as in `search`
                     going.append(([*tokens, token], total, self._after(where, token), row))
             if not going or len(finished) >= beam:
                 break
