@@ -118,10 +118,6 @@ def section(cls: type) -> Any:
     return field(default_factory=cls)
 
 
-POSITIVE = Range(0, lo_open=True)
-AT_LEAST_1 = Range(1)
-NON_NEGATIVE = Range(0)
-
 # The allowed values of string keys, declared once: the key tree below checks them, and the
 # modules that act on a key or offer it on the command line use these names.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -220,7 +216,7 @@ class EncoderConfig:
     timeout_ms: int = opt(2000, Range(1, 600_000))
     scheduler: str = opt("round_robin", OneOf(HAILO_SCHEDULERS))
     service_group: str | None = opt(None, PRINTABLE)
-    max_failures: int = opt(5, AT_LEAST_1)
+    max_failures: int = opt(5, Range(1, 1000))
     reopen_timeout_s: float = opt(8.0, Range(0, 60))
 
 
@@ -236,7 +232,7 @@ class DecoderConfig:
     eos_threshold: float | None = opt(None, Range(0, 1, lo_open=True), live=True)
     condition_on_previous_text: bool | None = opt(None, live=True)
     max_tokens_per_s: float = opt(6.0, Range(0, 100, lo_open=True), live=True)
-    logprob_threshold: float = opt(-1.0, live=True)
+    logprob_threshold: float = opt(-1.0, Range(-100, 0), live=True)  # an average log-probability
     no_speech_threshold: float = opt(0.6, Range(0, 1), live=True)
     compression_ratio_threshold: float = opt(2.4, Range(0, 100, lo_open=True), live=True)
     # a window that fails a quality gate: decoded again at the fallback temperatures and its

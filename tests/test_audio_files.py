@@ -41,6 +41,15 @@ def nan_wav(tmp: Path) -> Path:
     return path
 
 
+def inf_wav(tmp: Path) -> Path:
+    audio = speech_like()
+    audio[5000:5100] = np.inf
+    audio[6000:6100] = -np.inf
+    path = tmp / "inf.wav"
+    sf.write(path, audio, 16000, subtype="FLOAT")
+    return path
+
+
 def header_only_wav(tmp: Path) -> Path:
     path = tmp / "header-only.wav"
     sf.write(path, np.zeros((0, 1), np.int16), 16000, subtype="PCM_16")
@@ -66,6 +75,7 @@ def fifo(tmp: Path) -> Path:
 
 CASES: list[tuple[str, Callable[[Path], Path], int, str]] = [
     ("NaN samples", nan_wav, 65, "is corrupt: it holds samples that are not numbers (NaN or infinite)"),
+    ("infinite samples", inf_wav, 65, "is corrupt: it holds samples that are not numbers (NaN or infinite)"),
     ("/dev/zero", lambda tmp: Path("/dev/zero"), 66, "is a character device, not an audio file"),
     ("a FIFO", fifo, 66, "is a FIFO (named pipe), not an audio file"),
     ("a header-only WAV", header_only_wav, 65, "holds no audio: its header declares no samples"),
@@ -87,10 +97,12 @@ def test_transcribe_the_daemon_and_check_name_the_file_for_what_it_is(tiny_bundl
         assert proc.stdout.count("{") == 0 or name == "check"  # nothing transcribed
 
 
-def test_the_file_source_refuses_nan_where_it_reads_it(tmp_path):
-    """In process: the daemon's source stops at the block holding NaN, naming the file."""
-    source = FileSource(nan_wav(tmp_path), realtime=False, block_ms=30)
-    with pytest.raises(AudioError, match="nan.wav is corrupt"):
+@pytest.mark.parametrize("make", [nan_wav, inf_wav])
+def test_the_file_source_refuses_nan_where_it_reads_it(tmp_path, make):
+    """In process: the daemon's source stops at the block holding NaN or inf, naming the file."""
+    path = make(tmp_path)
+    source = FileSource(path, realtime=False, block_ms=30)
+    with pytest.raises(AudioError, match=f"{path.name} is corrupt"):
         while not source.ended:
             source.read(0.1)
 

@@ -47,6 +47,9 @@ OUT_OF_RANGE = [
     ("mqtt.host", "broker\x00.lan", "mqtt.host: 'broker\\x00.lan' is not allowed"),
     ("wyoming.allow", ["192.168.1.0/33"], "wyoming.allow: ['192.168.1.0/33'] is not allowed"),
     ("wyoming.max_connections", 100_000, "wyoming.max_connections: 100000 is not allowed (1..256)"),
+    ("mqtt.port", 99999, "mqtt.port: 99999 is not allowed (1..65535)"),
+    ("decoder.logprob_threshold", 1e300, "decoder.logprob_threshold: 1e+300 is not allowed (-100..0)"),
+    ("encoder.max_failures", 10**12, "encoder.max_failures: 1000000000000 is not allowed (1..1000)"),
 ]
 
 

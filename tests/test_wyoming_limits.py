@@ -37,7 +37,7 @@ from edgeasr.audio.vad import make_detector
 from edgeasr.config import WyomingConfig, load_config
 from edgeasr.errors import ConfigError, EdgeAsrError
 from edgeasr.worker import Worker
-from edgeasr.wyoming.server import Service, WyomingServer
+from edgeasr.wyoming.server import Service, WyomingServer, _Handler
 from edgeasr.wyoming.session import Session, SessionOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -409,6 +409,18 @@ def test_chunk_handling_is_linear_in_the_audio_however_it_is_chunked():
     print(f"\n40,000 one-sample chunks: {small:.2f} s; 160,000: {large:.2f} s ({large / small:.1f}x)")
     assert large / small < 7
     assert large < 10  # 10 s of audio
+
+
+def test_after_the_endpoint_only_chunks_with_audio_count_as_progress():
+    """Row 1: once the transcript went out at wyoming.endpoint_ms, the client may go on sending
+    until its own VAD stops it; an empty audio-chunk then is no progress, as before the endpoint."""
+    handler = _Handler(None, None, None, "test", None)  # type: ignore[arg-type]  # _handle uses none of them
+    handler.answered, handler.last_progress = True, 0.0
+    fmt = {"rate": 16000, "width": 2, "channels": 1}
+    assert asyncio.run(handler._handle(Event("audio-chunk", fmt, b"")))
+    assert handler.last_progress == 0.0
+    assert asyncio.run(handler._handle(Event("audio-chunk", fmt, b"\0\0")))
+    assert handler.last_progress > 0.0
 
 
 def test_a_chunk_over_the_audio_limit_is_refused_before_it_is_converted(light):

@@ -469,7 +469,8 @@ class _Handler:
             await self._start(data)
             self._progress()
         elif AudioChunk.is_type(ev.type) and self.answered:
-            self._progress()  # the client goes on until its own VAD stops it: what follows is not heard
+            if ev.payload:  # the client goes on until its own VAD stops it: what follows is not heard
+                self._progress()
         elif AudioChunk.is_type(ev.type):
             assert self.session is not None  # _check_payload
             self.session.add(ev.payload or b"", data.get("rate"), data.get("width"), data.get("channels"))
