@@ -203,7 +203,7 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
 
     engine = make_engine(tiny_bundle)
     assert engine.batch_session is not None
-    search = engine._grammar(sentences_for(load_home(HOME), "en").graph())
+    search = engine.commands.search_for(sentences_for(load_home(HOME), "en").graph())
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, engine.spec)
     encoded, options = engine.encoder.encode(mel), replace(engine.options, language="en")

@@ -25,20 +25,20 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.cleanup import tidy
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window, prime, score_texts
+from edgeasr.asr.commands_heard import CommandHearing
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, decode_window
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.gates import NoSpeech, WindowStats, check, compression_ratio, default_gates
-from edgeasr.asr.grammar import GrammarSearch, only_drops_words
 from edgeasr.asr.pieces import Piece, TokenTimes, find_loop, split_segments, trim_repeats
 from edgeasr.asr.spoken import SpeechMap, silent, stock_phrase_unspoken
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.vocabulary import COMMAND_MARGIN, KEYTERM_BOOST, MEANS, keyterms, names_prompt
+from edgeasr.asr.vocabulary import KEYTERM_BOOST, MEANS, VOCABULARY_CACHE, keyterms
 from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.bundle import Bundle
 from edgeasr.config import GATE_FAILURE_ACTIONS, DecoderConfig
 from edgeasr.errors import ConfigError
-from edgeasr.stages import Intent, Sentences, TextSegment, Transcription, Vocabulary, Word, WordGraph
+from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary, Word
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was cl
 MIN_S_PER_TOKEN = 0.05  # a closed segment shorter than this per token has bogus timestamps
 SAMPLING_SEED = 0
 NO_VOCABULARY = Vocabulary()
-KEYTERM_CACHE = 8  # vocabularies whose keyterms are kept tokenized (a home's changes seldom)
 SEAM_WORDS = 4  # the longest phrase a seam repeats (two words measured)
 SEAM_TOKENS = 16  # the kept text's last tokens: enough for SEAM_WORDS words
 SEAM_FUZZY_LETTERS = 8  # a misheard repeat is judged on this many letters at least
@@ -166,14 +165,11 @@ class Transcriber:
         # transcripts (output.words), and, without those, a factory of the aligner that judges
         # words by the audio under them (a window's closing words, a repeat inside a segment;
         # made on first use: most windows never need it)
-        self._keyterms = functools.lru_cache(maxsize=KEYTERM_CACHE)(
+        self._keyterms = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
             lambda vocabulary: keyterms(vocabulary, self.tokenizer.encode))
-        # the names prompt fed before the home's sentences, per vocabulary likewise (only a
-        # command's final decode asks for it, never a partial)
-        self._names = functools.lru_cache(maxsize=KEYTERM_CACHE)(
-            lambda vocabulary: names_prompt(vocabulary, self.tokenizer.encode))
-        # the search held to a home's sentences, one per graph (its spellings and closures kept)
-        self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
+        # a final window heard with a vocabulary: the home's command it says (its names prompt
+        # and its searches kept per vocabulary)
+        self.commands = CommandHearing(decoder, self.tokenizer, bundle.tokens.eot)
         # a text token's letters and digits, lower-cased: what the repeat rule compares
         self._word_key = functools.lru_cache(maxsize=bundle.n_vocab)(
             lambda token: "".join(c for c in self.tokenizer.decode([token]).lower() if c.isalnum()))
@@ -335,60 +331,29 @@ class Transcriber:
                            words=words)
 
     def _as_command(self, result: Transcription, walk: _Walk, vocabulary: Vocabulary) -> Transcription:
-        """One window of speech heard with the home's vocabulary: its intent when the text is one
-        of the home's sentences; else the home's sentences the audio is likeliest to be (a
-        decoding held to them, asr/grammar.py) are weighed against the text as decoded
-        (decoding.score_texts, read the same way), and the likeliest one within COMMAND_MARGIN
-        of the text's own score is taken, unless it only leaves out words of the text: a command
-        heard slightly wrong is put right, other speech is left as it was decoded."""
+        """One window of speech heard with the home's vocabulary: the home's command it says
+        (asr/commands_heard.py), if any, with its intent; the text put right when the command
+        was heard slightly wrong."""
         assert walk.last is not None and self.sentences is not None
-        t0 = time.monotonic()
         sentences = self.sentences(vocabulary, result.language)
         if sentences is None or not result.text:
             return result
-        intent = sentences.recognize(result.text)
-        if intent is not None:
-            return replace(result, intent=intent)
-        encoded, silence = walk.last
-        options = replace(self.options, language=result.language)
-        heard = self.tokenizer.encode(" " + result.text)
-        names = self._names(vocabulary) if "prompt" in self.hearing else []
-        primed = prime(self.decoder, encoded, options, silence, names)  # one start for both readings
-        floor = score_texts(self.decoder, primed, [heard])[0] - COMMAND_MARGIN
-        # a command is about as long as what was heard: the search goes little further
+        t0 = time.monotonic()
         batch = self.batch_session() if self.batch_session is not None else None
-        held = self._grammar(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
-                                                       batch=batch, floor=floor)
-        texts = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
+        heard = self.commands.hear(result.text, sentences, *walk.last, replace(self.options, language=result.language),
+                                   vocabulary, batch, prompt="prompt" in self.hearing)
         result.timings_ms["command"] = (time.monotonic() - t0) * 1e3
-        log.debug("the home's sentences %s against %.3f", texts, floor + COMMAND_MARGIN)
-        for chosen, score in texts:
-            if score < floor:
-                break
-            if only_drops_words(result.text, chosen) or (intent := sentences.recognize(chosen)) is None:
-                continue
-            return self._taken(result, walk, chosen, score, intent)
-        return result
-
-    def _taken(self, result: Transcription, walk: _Walk, chosen: str, score: float, intent: Intent) -> Transcription:
-        """The window's transcription as the home's sentence `chosen`, one segment over its speech."""
+        if heard is None:
+            return result
+        if heard.score is None:  # the text as decoded
+            return replace(result, intent=heard.intent)
         first, last = result.segments[0], result.segments[-1]
-        tokens = tuple(self.tokenizer.encode(" " + chosen))
-        segment = TextSegment(start=first.start, end=last.end, text=" " + chosen, tokens=tokens,
-                              avg_logprob=score, no_speech_prob=first.no_speech_prob,
-                              compression_ratio=compression_ratio(chosen))
-        return replace(result, text=chosen, segments=(segment,), intent=intent,
+        tokens = tuple(self.tokenizer.encode(" " + heard.text))
+        segment = TextSegment(start=first.start, end=last.end, text=" " + heard.text, tokens=tokens,
+                              avg_logprob=heard.score, no_speech_prob=first.no_speech_prob,
+                              compression_ratio=compression_ratio(heard.text))
+        return replace(result, text=heard.text, segments=(segment,), intent=heard.intent,
                        context=tuple([*walk.context[: walk.before], *tokens][-self.max_prompt:]))
-
-    def _grammar(self, graph: WordGraph) -> GrammarSearch:
-        """The search for a graph, kept while its vocabulary is in use (a few at a time)."""
-        key = id(graph)
-        if key not in self._searches or self._searches[key][0] is not graph:
-            if len(self._searches) >= KEYTERM_CACHE:
-                self._searches.pop(next(iter(self._searches)))
-            self._searches[key] = (graph, GrammarSearch(graph, self.tokenizer.encode, self.tokenizer.decode,
-                                                        self.bundle.tokens.eot))
-        return self._searches[key][1]
 
     def _transcription(self, walk: _Walk, complete: bool) -> Transcription:
         segments = tidy(walk.segments, complete=complete)

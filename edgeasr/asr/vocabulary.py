@@ -22,6 +22,7 @@ COMMAND_MARGIN = 0.8
 # sentences, a boost of their tokens (a trie, shallow fusion), and the home's sentences as a
 # grammar (Transcriber.hearing)
 MEANS = ("prompt", "boost", "grammar")
+VOCABULARY_CACHE = 8  # vocabularies whose tokens and searches are kept (a home's changes seldom)
 KIND_ORDER = ("name", "entity", "area", "floor")  # plain names (the request's own) first
 
 

@@ -1,0 +1,80 @@
+"""A window of speech heard with a home's vocabulary: which of the home's commands it says.
+
+When the text as decoded is one of the home's sentences (Home Assistant's matcher), that is
+the command. Otherwise the home's sentences the audio is likeliest to be (a decoding held to
+them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
+the same way (decoding.score_texts), and the likeliest within COMMAND_MARGIN of the text's own
+score is taken, unless it only leaves out words of the text ("what time is it in Denver" is
+not "what time is it"): a command heard slightly wrong is put right, other speech is left as
+it was decoded.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeasr.asr.beam import BatchDecoderSession
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime, score_texts
+from edgeasr.asr.grammar import GrammarSearch, only_drops_words
+from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.asr.vocabulary import COMMAND_MARGIN, VOCABULARY_CACHE, names_prompt
+from edgeasr.stages import Intent, Sentences, Vocabulary, WordGraph
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Heard:
+    """The home's command a window says."""
+
+    text: str  # the home's sentence
+    intent: Intent
+    score: float | None = None  # its mean log-probability per token when put in for the decoded text
+
+
+class CommandHearing:
+    """Reads windows as the home's commands on the transcriber's decoder; keeps, per vocabulary
+    (a few at a time), the names prompt and the search of its graph (spellings, closures)."""
+
+    def __init__(self, decoder: DecoderSession, tokenizer: Tokenizer, eot: int) -> None:
+        self.decoder, self.tokenizer, self.eot = decoder, tokenizer, eot
+        self.names = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
+            lambda vocabulary: names_prompt(vocabulary, tokenizer.encode))
+        self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
+
+    def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
+             vocabulary: Vocabulary, batch: BatchDecoderSession | None = None, prompt: bool = True) -> Heard | None:
+        """The command the window (its encoder output and silence level) says, `text` as
+        decoded; None when it says none. `prompt`: the names go before the home's sentences
+        (bench-commands measures without); `batch`: the search steps its hypotheses at once."""
+        intent = sentences.recognize(text)
+        if intent is not None:
+            return Heard(text, intent)
+        heard = self.tokenizer.encode(" " + text)
+        names = self.names(vocabulary) if prompt else []
+        primed = prime(self.decoder, encoded, options, silence, names)  # one start for both readings
+        floor = score_texts(self.decoder, primed, [heard])[0] - COMMAND_MARGIN
+        # a command is about as long as what was heard: the search goes little further
+        held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
+                                                         batch=batch, floor=floor)
+        found = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
+        log.debug("the home's sentences %s against %.3f", found, floor + COMMAND_MARGIN)
+        for sentence, score in found:
+            if score < floor:
+                break
+            if not only_drops_words(text, sentence) and (intent := sentences.recognize(sentence)) is not None:
+                return Heard(sentence, intent, score)
+        return None
+
+    def search_for(self, graph: WordGraph) -> GrammarSearch:
+        """The search of a graph, kept while its vocabulary is in use."""
+        key = id(graph)
+        if key not in self._searches or self._searches[key][0] is not graph:
+            if len(self._searches) >= VOCABULARY_CACHE:
+                self._searches.pop(next(iter(self._searches)))
+            self._searches[key] = (graph, GrammarSearch(graph, self.tokenizer.encode, self.tokenizer.decode, self.eot))
+        return self._searches[key][1]
