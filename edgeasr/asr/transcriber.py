@@ -160,11 +160,6 @@ class Transcriber:
         a = bundle.audio
         self.spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, a.n_frames)
         self.gate_failures: dict[str, int] = {}
-        # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
-        # greedy or sampled; beam.BeamDecoder has its signature), word timestamps for the
-        # transcripts (output.words), and, without those, a factory of the aligner that judges
-        # words by the audio under them (a window's closing words, a repeat inside a segment;
-        # made on first use: most windows never need it)
         self._keyterms = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
             lambda vocabulary: keyterms(vocabulary, self.tokenizer.encode))
         # a final window heard with a vocabulary: the home's command it says (its names prompt
@@ -173,6 +168,11 @@ class Transcriber:
         # a text token's letters and digits, lower-cased: what the repeat rule compares
         self._word_key = functools.lru_cache(maxsize=bundle.n_vocab)(
             lambda token: "".join(c for c in self.tokenizer.decode([token]).lower() if c.isalnum()))
+        # hooks the engine sets (asr/engine.py): how a window is decoded (decode_window is
+        # greedy or sampled; beam.BeamDecoder has its signature), word timestamps for the
+        # transcripts (output.words), and, without those, a factory of the aligner that judges
+        # words by the audio under them (a window's closing words, a repeat inside a segment;
+        # made on first use: most windows never need it)
         self.decode: Callable[..., WindowResult] = decode_window
         self.aligner: WordAligner | None = None
         self.judging_aligner: Callable[[], WordAligner] | None = None
