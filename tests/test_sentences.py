@@ -58,6 +58,10 @@ def test_plain_names_stand_for_an_entity_and_an_area():
     assert sentences.recognize("turn on Bubble Lamp") == Intent("HassTurnOn", (("name", "Bubble Lamp"),))
     assert sentences.recognize("turn off the lights in the sun room") == Intent(
         "HassTurnOff", (("area", "Sun Room"), ("domain", "light")))
+    # sentences without a name are heard in the satellite's area: with plain names only (a
+    # Wyoming request's transcript_names), the first of them stands for it
+    assert sentences.recognize("pause") == Intent("HassMediaPause", (("area", "Bubble Lamp"),))
+    assert sentences.recognize("volume up") is not None
 
 
 @pytest.mark.parametrize("text", [*NOT_COMMANDS, "", "turn on the Acme Toaster"])

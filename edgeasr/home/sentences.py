@@ -10,7 +10,8 @@ area name and alias, `floor` every floor name and alias (an alias's value is the
 name). A plain name, whose role is not known, joins both `name` and `area`; a name without a
 domain joins `name` once per domain the templates ask for, so that it fits wherever a template
 takes an entity. Sentences without a name ("pause", "turn on the lights") match as on a
-satellite in an area: the home's first area unless another is given.
+satellite in an area: the home's first area unless another is given (with plain names only,
+the first of them).
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ class HomeSentences:
         self._slot_lists = _slot_lists(hassil, vocabulary.names, _template_domains(self._intents))
         self._said = {list_name: _said_in(slot_list) for list_name, slot_list in self._slot_lists.items()}
         self._graph: WordGraph | None = None
-        areas = [n.name for n in vocabulary.names if n.kind == "area"]
+        # plain names (a Wyoming request's transcript_names carry no role) stand for areas too:
+        # without any area, sentences without a name ("pause", "volume up"), which Home Assistant
+        # hears in the satellite's area, would match nothing
+        areas = ([n.name for n in vocabulary.names if n.kind == "area"]
+                 or [n.name for n in vocabulary.names if n.kind == "name"])
         self.area = area if area is not None else (areas[0] if areas else None)
         self._context = {"area": {"value": self.area, "text": self.area}} if self.area else None
 
