@@ -117,8 +117,8 @@ class GrammarSearch:
                     finished.append((h.tokens, total / (len(h.tokens) + 1)))
                     best = max(best, finished[-1][1])
                     continue
-                if total / (max_tokens + 1) < max(floor, best):  # it can no longer win, nor reach the floor
-                    continue  # it can only fall further behind a finished sentence, or below the floor
+                if total / (max_tokens + 1) < max(floor, best):
+                    continue  # even spread over the most tokens, it can no longer win nor reach the floor
                 n = h.rows.shape[2]
                 session.cache[:, :, base : base + n] = h.rows
                 session.length = base + n

@@ -384,6 +384,8 @@ class Transcriber:
         spent, steps = 0.0, 0
         attempts: list[tuple[_Decoded, WindowStats]] = []
         rng = np.random.default_rng(SAMPLING_SEED)  # seeded per window: the same audio, the same text
+        # the window's no-speech probability without the padding rows, read once per prompt
+        unpadded = functools.cache(lambda before: self._unpadded_no_speech(features, options, list(before)))
         for temperature in temperatures:
             # a high temperature's sample does not follow the prompt: drop it (faster-whisper)
             earlier = prompt if temperature <= self.fallback.prompt_reset_temperature else []
@@ -394,7 +396,9 @@ class Transcriber:
             spent += result.timings_ms["decoder"]
             steps += int(result.timings_ms["steps"])
             pieces, advance = self._keep(result, chunk, last, speech, more, temperature)
-            stats = self._stats(result, pieces, features, replace(options, temperature=temperature), text_before)
+            stats = self._stats(result, pieces)
+            if self._over_no_speech(stats) and options.encoder_padding > features.shape[1]:
+                stats = replace(stats, no_speech_prob=min(stats.no_speech_prob, unpadded(tuple(text_before))))
             verdict = check(self.gates, stats)
             attempts.append((_Decoded(pieces, result, advance, verdict, spent, steps), stats))
             if verdict is None:
@@ -453,26 +457,24 @@ class Transcriber:
         cut = Piece(piece.start, piece.end, piece.tokens[:k], piece.logprobs[:k])
         return [*pieces[:-1], cut], [*words[:-1], tuple(last[:n])]
 
-    def _stats(self, result: WindowResult, pieces: list[Piece], features: np.ndarray, options: DecodingOptions,
-               prompt: list[int]) -> WindowStats:
+    def _stats(self, result: WindowResult, pieces: list[Piece]) -> WindowStats:
         text = self.tokenizer.decode([t for p in pieces for t in p.tokens])
         lps = [lp for p in pieces for lp in p.logprobs]
         return WindowStats(text, float(np.mean(lps)) if lps else result.avg_logprob,
-                           self._no_speech(result, features, options, prompt), compression_ratio(text))
+                           result.no_speech_prob, compression_ratio(text))
 
-    def _no_speech(self, result: WindowResult, features: np.ndarray, options: DecodingOptions,
-                   prompt: list[int]) -> float:
-        """The window's no-speech probability, as silence is judged: over the no_speech gate's
-        threshold, read again without the padding rows. They stand for the 20 s of silence past
-        a 10 s window and raise it for short speech (base, German "fortsetzen" said by
-        espeak-ng: 0.61 padded, 0.51 without, 0.30 in faster-whisper's 30 s window), which then
-        came back empty; over silence it stays high either way."""
+    def _over_no_speech(self, stats: WindowStats) -> bool:
         gate = next((g for g in self.gates if isinstance(g, NoSpeech)), None)
-        if (gate is None or result.no_speech_prob <= gate.no_speech_threshold
-                or options.encoder_padding <= features.shape[1]):
-            return result.no_speech_prob
+        return gate is not None and stats.no_speech_prob > gate.no_speech_threshold
+
+    def _unpadded_no_speech(self, features: np.ndarray, options: DecodingOptions, prompt: list[int]) -> float:
+        """The window's no-speech probability without the padding rows, which silence is judged on
+        when the padded one is over the no_speech gate's threshold. The rows stand for the 20 s
+        of silence past a 10 s window and raise it for short speech (base, German "fortsetzen"
+        said by espeak-ng: 0.61 padded, 0.51 without, 0.30 in faster-whisper's 30 s window),
+        which then came back empty; over silence it stays high either way."""
         self.decoder.start(features, 0)
-        return min(result.no_speech_prob, feed_prompt(self.decoder, options, prompt)[1])
+        return feed_prompt(self.decoder, options, prompt)[1]
 
     def _keep(self, result: WindowResult, chunk: np.ndarray, last: bool, speech: SpeechMap | None = None,
               more: bool = False, temperature: float = 0.0) -> tuple[list[Piece], int]:

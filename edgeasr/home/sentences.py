@@ -240,6 +240,7 @@ def _word_arcs(fst: Any, said: dict[str, tuple[str, ...]]) -> dict[int, tuple[tu
     starts = over_eps([fst.start, *(arc.to_state for out in fst.arcs.values() for arc in out
                                     if not is_piece(arc.in_label) and arc.in_label != EPS)])
 
+    @functools.cache
     def may_end(state: int) -> bool:
         return any(s in fst.final_states or any(not is_piece(a.in_label) and a.in_label != EPS
                                                 for a in fst.arcs.get(s, ())) for s in over_eps([state]))
