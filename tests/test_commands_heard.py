@@ -30,6 +30,7 @@ from edgeasr.stages import SAMPLE_RATE, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / "tests" / "data" / "home.yaml"
+HELD_OUT = REPO / "tests" / "data" / "held-out-home.yaml"
 JOE = Voice("piper", "en_US-joe-medium", 1.0, 0.667)
 
 
@@ -95,6 +96,25 @@ def test_a_home_sentence_that_only_leaves_out_heard_words_is_never_taken(tiny, s
     assert not only_drops_words("Pause.", "Pause.") and not only_drops_words("Timer.", "Cancel the timer.")
     heard = tiny.transcribe(said(speakers, "what time is it in Denver"), vocabulary=load_home(HOME))
     assert normalize(heard.text) == "what time is it in denver" and heard.intent is None, heard.text
+
+
+def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
+    """A command's first word is heard with no word before it: "are Lutron Shades open attic",
+    said slowly, decodes as "Our Lucron shades open attic." Beside its beam, the search keeps
+    the likeliest hypothesis of other first words (grammar.FIRST_WORDS), and a sentence it
+    finishes written several ways ("Our Lutron Shades," and "our lutron shades.") is one: those
+    ways filled the beam before "are ..." was reached."""
+    held = load_home(HELD_OUT)
+    search = tiny.commands.search_for(sentences_for(held, "en").graph())
+    for rate in (1.15, 1.3):
+        audio = said(speakers, "are Lutron Shades open attic", Voice("piper", "en_US-joe-medium", rate, 0.0))
+        heard = tiny.transcribe(audio, vocabulary=held)
+        assert normalize(heard.text) == "are lutron shades open attic", heard.text
+        assert heard.intent is not None and heard.intent.name == "HassGetState"
+        mel = log_mel(audio, tiny.spec)
+        primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
+        found = [normalize(tiny.tokenizer.decode(tokens)) for tokens, _ in search.search(tiny.decoder, primed)]
+        assert "are lutron shades open attic" in found and len(found) == len(set(found)), found
 
 
 def test_without_a_vocabulary_nothing_changes(tiny, speakers):

@@ -13,7 +13,7 @@ from edgeasr.asr.beam import BatchDecoderSession, BeamDecoder
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.gates import Gate, default_gates
-from edgeasr.asr.grammar import BEAM as GRAMMAR_BEAM
+from edgeasr.asr.grammar import ROWS as GRAMMAR_ROWS
 from edgeasr.asr.transcriber import Fallback, PauseFinding, Transcriber
 from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import ALIGN_ROLE, BATCH_STEP_ROLE, Bundle
@@ -70,7 +70,7 @@ def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig,
         engine.aligner = WordAligner(bundle, engine.decoder, decoder.precision, decoder.threads)
     if bundle.has_graph(BATCH_STEP_ROLE, decoder.precision):  # the search held to a home's sentences steps its hypotheses at once
         engine.batch_session = functools.cache(
-            lambda: BatchDecoderSession(bundle, engine.decoder, GRAMMAR_BEAM, decoder.precision, decoder.threads))
+            lambda: BatchDecoderSession(bundle, engine.decoder, GRAMMAR_ROWS, decoder.precision, decoder.threads))
     if decoder.drop_unspoken_words and bundle.has_graph(ALIGN_ROLE, decoder.precision):
         # only asked for when output.words made no aligner
         engine.judging_aligner = functools.cache(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,16 @@ from edgeasr.asr.decoding import DecoderSession, Primed
 from edgeasr.stages import WordGraph
 
 BEAM = 3  # hypotheses kept at each step
+# and besides them, the likeliest of each of this many other first words: a command's first
+# word is heard with no words before it, and the likeliest first word is often wrong ("Our
+# Lutron Shades open attic" for "are ..."; "and pause" for "unpause"): kept at 3 hypotheses,
+# the sentence meant fell out of the beam after its first word (measured on both command sets:
+# +4 sentences, +6 intents of 300)
+FIRST_WORDS = 2
+ROWS = BEAM + FIRST_WORDS  # hypotheses that go on at each step
 MAX_TOKENS = 32  # a command longer than this is not one of the home's
-MARKS = (",", ".", "?", "!")  # may come between words and at the end
+MARKS = (",", ".", "?", "!")  # a comma may come between words; any of them where a sentence may end
+ENDS = (".", "?", "!")  # only the end of text may follow these
 BARE = ("%", "-", "'s")  # a word that begins so is written without a space before it ("-hours")
 # places in the graph whose closures, arcs, allowed tokens and next places are kept: a cache
 # that is full starts again (measured: ~700 places and 11 MB after 150 commands, still growing)
@@ -56,6 +65,17 @@ class _Where:
     states: frozenset[int]
     units: tuple[_Unit, ...] = ()
     number: frozenset[int] = frozenset()
+    marked: bool = False  # a mark was the last token: another may not follow
+    ended: bool = False  # a mark that ends the sentence was the last token
+
+
+@dataclass(frozen=True)
+class _Out:
+    """The arcs out of a place: each spelling of their words by its first token, and where the
+    arcs that take a number lead."""
+
+    spelled: dict[int, tuple[tuple[tuple[int, ...], int], ...]]
+    numbers: tuple[int, ...]
 
 
 @dataclass
@@ -73,33 +93,39 @@ class GrammarSearch:
 
     def __init__(self, graph: WordGraph, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
                  eot: int, max_places: int = MAX_PLACES) -> None:
-        self.graph, self.encode, self.eot, self.max_places = graph, encode, eot, max_places
+        self.graph, self.encode, self.decode, self.eot, self.max_places = graph, encode, decode, eot, max_places
         self.marks = frozenset(t for m in MARKS for t in (encode(m) if len(encode(m)) == 1 else ()))
+        self.ends = frozenset(t for m in ENDS for t in (encode(m) if len(encode(m)) == 1 else ()))
         self.digits = frozenset(t for t in range(eot) if decode([t]).strip().isdigit())
         self._closures: dict[frozenset[int], frozenset[int]] = {}
         self._spellings: dict[str, tuple[tuple[int, ...], ...]] = {}
         self._allowed: dict[_Where, frozenset[int]] = {}
         self._next: dict[tuple[_Where, int], _Where] = {}
-        self._labelled: dict[frozenset[int], tuple[tuple[str, int], ...]] = {}
+        self._labelled: dict[frozenset[int], _Out] = {}
+        self._said: dict[int, str] = {}
 
     def search(self, session: DecoderSession, primed: Primed, beam: int = BEAM, max_tokens: int = MAX_TOKENS,
-               batch: BatchDecoderSession | None = None, floor: float = -np.inf) -> list[tuple[list[int], float]]:
+               batch: BatchDecoderSession | None = None, floor: float = -np.inf,
+               first_words: int = FIRST_WORDS) -> list[tuple[list[int], float]]:
         """The graph's sentences the search finished for the window, likeliest first: each one's
         tokens and mean log-probability per token (end-of-text included); none, or up to `beam`.
         It does not go on with a sentence that can no longer reach the mean of the best one
         finished, nor `floor` (at best, its sum spread over the most tokens it may have: a
         token more only lowers a sum, but may raise a mean, so a sum behind a finished one's is
         no reason to stop), and stops when `beam` are finished: speech that is no command ends
-        the search early. The session was `prime`d with the window and the prompt.
+        the search early. The session was `prime`d with the window and the prompt. Besides the
+        `beam` likeliest, the likeliest hypothesis of each of `first_words` other first words
+        goes on.
         With `batch` (a bundle imported with the batched step), every hypothesis takes its step
         in one run."""
         session.length, logits = primed.length, primed.logits  # the window's prompt, as `prime` left it
         if batch is not None:
-            return self._search_batched(batch, logits, min(beam, batch.size), max_tokens, floor)
+            beam = min(beam, batch.size)
+            return self._search_batched(batch, logits, beam, min(first_words, batch.size - beam), max_tokens, floor)
         base = session.length
         hypotheses = [_Hypothesis([], 0.0, _Where(self._close(frozenset([self.graph.start]))), logits,
                                   np.zeros((*session.cache.shape[:2], 0, session.cache.shape[3]), np.float32))]
-        finished: list[tuple[list[int], float]] = []
+        finished: dict[str, tuple[list[int], float]] = {}  # by what they say: tokens, mean
         best = -np.inf  # the best mean of the finished sentences
         for _ in range(max_tokens):
             scored: list[tuple[float, _Hypothesis, int]] = []
@@ -108,14 +134,13 @@ class GrammarSearch:
                 if not len(allowed):
                     continue
                 lp = h.logits[allowed] - rules.logsumexp(h.logits)
-                for k in np.argsort(lp)[::-1][:beam]:
+                for k in np.argsort(lp)[::-1][:beam + first_words]:
                     scored.append((h.total + float(lp[k]), h, int(allowed[k])))
             scored.sort(key=lambda x: -x[0])
             hypotheses = []
-            for total, h, token in scored[:beam]:
+            for total, h, token in self._choose(scored, lambda h: h.tokens, finished, beam, first_words):
                 if token == self.eot:
-                    finished.append((h.tokens, total / (len(h.tokens) + 1)))
-                    best = max(best, finished[-1][1])
+                    best = max(best, self._finish(finished, h.tokens, total))
                     continue
                 if total / (max_tokens + 1) < max(floor, best):
                     continue  # even spread over the most tokens, it can no longer win nor reach the floor
@@ -127,16 +152,16 @@ class GrammarSearch:
                                               session.cache[:, :, base : base + n + 1].copy()))
             if not hypotheses or len(finished) >= beam:
                 break
-        return sorted(finished, key=lambda f: -f[1])
+        return sorted(finished.values(), key=lambda f: -f[1])
 
-    def _search_batched(self, batch: BatchDecoderSession, first: np.ndarray, beam: int,
+    def _search_batched(self, batch: BatchDecoderSession, first: np.ndarray, beam: int, first_words: int,
                         max_tokens: int, floor: float = -np.inf) -> list[tuple[list[int], float]]:
         """`search` with the hypotheses as the rows of one batched step."""
         batch.begin()
         alive: list[tuple[list[int], float, _Where, int]] = [
             ([], 0.0, _Where(self._close(frozenset([self.graph.start]))), 0)]  # tokens, total, where, row
         rows = np.tile(first, (batch.size, 1))
-        finished: list[tuple[list[int], float]] = []
+        finished: dict[str, tuple[list[int], float]] = {}
         best = -np.inf
         for _ in range(max_tokens):
             scored: list[tuple[float, int, int]] = []  # total, index in alive, token
@@ -145,15 +170,15 @@ class GrammarSearch:
                 if not len(allowed):
                     continue
                 lp = rows[row, allowed] - rules.logsumexp(rows[row])
-                for k in np.argsort(lp)[::-1][:beam]:
+                for k in np.argsort(lp)[::-1][:beam + first_words]:
                     scored.append((total + float(lp[k]), i, int(allowed[k])))
             scored.sort(key=lambda x: -x[0])
             going: list[tuple[list[int], float, _Where, int]] = []
-            for total, i, token in scored[:beam]:
+            for total, i, token in self._choose(scored, [a[0] for a in alive].__getitem__, finished, beam,
+                                                first_words):
                 tokens, _, where, row = alive[i]
                 if token == self.eot:
-                    finished.append((tokens, total / (len(tokens) + 1)))
-                    best = max(best, finished[-1][1])
+                    best = max(best, self._finish(finished, tokens, total))
                 elif total / (max_tokens + 1) >= max(floor, best):  # else: as in `search`
                     going.append(([*tokens, token], total, self._after(where, token), row))
             if not going or len(finished) >= beam:
@@ -162,7 +187,47 @@ class GrammarSearch:
             batch.reorder(parents)
             rows = batch.step([g[0][-1] for g in going] + [going[0][0][-1]] * (batch.size - len(going)))
             alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
-        return sorted(finished, key=lambda f: -f[1])
+        return sorted(finished.values(), key=lambda f: -f[1])
+
+    def _choose(self, scored: list[tuple[float, Any, int]], tokens: Callable[[Any], list[int]],
+                finished: dict[str, tuple[list[int], float]], beam: int, first_words: int) -> list[tuple]:
+        """Of the scored (total, hypothesis, token; likeliest first; `tokens` of a hypothesis),
+        the `beam` likeliest, then the likeliest of each of `first_words` first words not among
+        them. A sentence finished again is taken only when it is likelier than before: ways of
+        writing one sentence that differ only in case or marks ("Pause." and "pause,") filled
+        the beam's finished places, and the search stopped before the sentence meant."""
+        kept: list[tuple[float, Any, int]] = []
+        ended, firsts = set(), set()
+        for c in scored:
+            said = tokens(c[1])
+            first = self._words((said or [c[2]])[:1])
+            if len(kept) >= beam and (c[2] == self.eot or first in firsts):
+                continue
+            if c[2] == self.eot:
+                words = self._words(said)
+                if words in ended or (words in finished and finished[words][1] >= c[0] / (len(said) + 1)):
+                    continue
+                ended.add(words)
+            kept.append(c)
+            firsts.add(first)
+            if len(kept) == beam + first_words:
+                break
+        return kept
+
+    def _finish(self, finished: dict[str, tuple[list[int], float]], tokens: list[int], total: float) -> float:
+        """Keep a finished sentence (the likelier way of writing it); its mean per token."""
+        mean = total / (len(tokens) + 1)
+        words = self._words(tokens)
+        if words not in finished or finished[words][1] < mean:
+            finished[words] = (tokens, mean)
+        return mean
+
+    def _words(self, tokens: list[int]) -> str:
+        """What the tokens say, lower-cased, without marks (a key of sameness, not a text)."""
+        for t in tokens:
+            if t not in self._said:
+                self._said[t] = self.decode([t]).casefold()
+        return "".join(self._said[t] for t in tokens if t not in self.marks).strip()
 
     # -- the graph, token by token ------------------------------------------------------------
     def _room(self, cache: dict) -> None:
@@ -190,12 +255,21 @@ class GrammarSearch:
             self._spellings[label] = tuple({tuple(self.encode(("" if bare else " ") + f)) for f in forms})
         return self._spellings[label]
 
-    def _arcs(self, states: frozenset[int]) -> tuple[tuple[str, int], ...]:
-        """The arcs out of `states` that say something."""
+    def _out(self, states: frozenset[int]) -> _Out:
+        """The arcs out of `states` that say something, by the first token of their spellings."""
         if states not in self._labelled:
             self._room(self._labelled)
-            self._labelled[states] = tuple(dict.fromkeys(
-                (label, to) for s in states for label, to in self.graph.arcs.get(s, ()) if label is not None))
+            spelled: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+            numbers: list[int] = []
+            for label, to in dict.fromkeys((label, to) for s in states for label, to in self.graph.arcs.get(s, ())
+                                           if label is not None):
+                if label == WordGraph.NUMBER:
+                    numbers.append(to)
+                else:
+                    for seq in self._spelled(label):
+                        if seq:
+                            spelled.setdefault(seq[0], []).append((seq, to))
+            self._labelled[states] = _Out({t: tuple(out) for t, out in spelled.items()}, tuple(numbers))
         return self._labelled[states]
 
     def _allowed_after(self, where: _Where) -> frozenset[int]:
@@ -204,14 +278,16 @@ class GrammarSearch:
             if where.number:
                 allowed |= self.digits
             if where.states:
-                allowed |= self.marks
+                if where.ended:
+                    return frozenset([self.eot])
+                if not where.marked:
+                    allowed |= self.marks if where.states & self.graph.finals else self.marks - self.ends
                 if where.states & self.graph.finals:
                     allowed.add(self.eot)
-                for label, _ in self._arcs(where.states):
-                    if label == WordGraph.NUMBER:
-                        allowed |= self.digits
-                    else:
-                        allowed.update(seq[0] for seq in self._spelled(label) if seq)
+                out = self._out(where.states)
+                allowed.update(out.spelled)
+                if out.numbers:
+                    allowed |= self.digits
             self._room(self._allowed)
             self._allowed[where] = frozenset(allowed)
         return self._allowed[where]
@@ -226,17 +302,17 @@ class GrammarSearch:
 
     def _step(self, where: _Where, token: int) -> _Where:
         if token in self.marks and where.states:
-            return _Where(where.states)  # a mark between words: the same place, nothing under way
+            if token in self.ends:  # only the end of text may follow
+                return _Where(where.states & self.graph.finals, marked=True, ended=True)
+            return _Where(where.states, marked=True)  # a mark between words: the same place, nothing under way
         units = [_Unit(u.tokens, u.at + 1, u.to) for u in where.units if u.tokens[u.at] == token]
         number: set[int] = set()
         if token in self.digits:
             number |= where.number
-        for label, to in self._arcs(where.states):
-            if label == WordGraph.NUMBER:
-                if token in self.digits:
-                    number.add(to)
-            else:
-                units += [_Unit(seq, 1, to) for seq in self._spelled(label) if seq and seq[0] == token]
+        out = self._out(where.states)
+        if token in self.digits:
+            number.update(out.numbers)
+        units += [_Unit(seq, 1, to) for seq, to in out.spelled.get(token, ())]
         done = frozenset(u.to for u in units if u.at == len(u.tokens)) | frozenset(number)
         return _Where(self._close(done) if done else frozenset(),
                       tuple(u for u in units if u.at < len(u.tokens)), frozenset(number))
