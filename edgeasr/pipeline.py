@@ -364,7 +364,7 @@ class Pipeline:
         if carry is not None:
             mel = None  # a carried tail goes first: the features computed are not this audio's
         result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel, prompt=prompt,
-                                   vocabulary=utterance.vocabulary)
+                                   vocabulary=utterance.vocabulary, partial=True)
         n = len(open_segment.samples)
         segment = SpeechSegment(samples=open_segment.samples, start_sample=open_segment.start_sample,
                                 end_sample=open_segment.start_sample + n,

@@ -273,14 +273,16 @@ class Engine(Protocol):
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),
-                   max_windows: int | None = None, vocabulary: Vocabulary = Vocabulary()) -> Transcription:
+                   max_windows: int | None = None, vocabulary: Vocabulary = Vocabulary(),
+                   partial: bool = False) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
         the unconsumed tail (after the last complete timestamp) is left for the next call.
         should_stop() is asked between decoded tokens; yes raises errors.Cancelled.
         features: the audio's log-mel from feature_stream(), when it fits one window.
         prompt: the `context` of the call that decoded the audio just before. max_windows:
         decode at most that many windows, leaving the rest unconsumed. vocabulary: the home's
-        names and terms to hear this request with."""
+        names and terms to hear this request with. partial: a look at speech still under way,
+        shown while it is said: the home's commands are not read in it (the final text's are)."""
 
     def feature_stream(self) -> FeatureStream:
         """A stream that computes the features of one window while its audio arrives."""

@@ -75,10 +75,13 @@ def test_the_decoder_finds_what_was_said_likelier_than_a_near_sentence(tiny, spe
 
 def test_a_misheard_name_is_put_right_and_other_speech_left_alone(tiny, speakers):
     home = load_home(HOME)
-    result = tiny.transcribe(said(speakers, "turn on the Nanoleaf Shapes"), vocabulary=home)
+    audio = said(speakers, "turn on the Nanoleaf Shapes")
+    result = tiny.transcribe(audio, vocabulary=home)
     assert "nanoleaf shapes" in normalize(result.text), result.text
     assert result.intent is not None and result.intent.name == "HassTurnOn"
     assert ("name", "Nanoleaf Shapes") in result.intent.slots
+    look = tiny.transcribe(audio, vocabulary=home, partial=True)  # speech under way: no command read
+    assert look.intent is None and "command" not in look.timings_ms and "command" in result.timings_ms
     for text in ("the quick brown fox jumps over the lazy dog", "remind me to buy oat milk and bread"):
         other = tiny.transcribe(said(speakers, text), vocabulary=home)
         assert other.intent is None and normalize(other.text) != "", other.text

@@ -26,6 +26,7 @@ class RecordingEngine:
         self.calls: list[tuple[int, bool]] = []  # (samples, final)
         self.features: list = []  # what each call was given
         self.prompts: list[tuple[int, ...]] = []
+        self.partial: list[bool] = []  # whether each call was a partial look
 
     def feature_stream(self):
         from edgeasr.asr.features import MelSpec, MelStream
@@ -33,8 +34,9 @@ class RecordingEngine:
         return MelStream(MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100)))
 
     def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None,
-                   features=None, prompt=(), max_windows=None, vocabulary=None) -> Transcription:
+                   features=None, prompt=(), max_windows=None, vocabulary=None, partial=False) -> Transcription:
         self.calls.append((len(audio), final))
+        self.partial.append(partial)
         self.features.append(features)
         self.prompts.append(tuple(prompt))
         seconds = len(audio) / SAMPLE_RATE
@@ -118,11 +120,12 @@ def test_partial_results_carry_the_id_of_their_final_transcript(tmp_path):
     clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")  # 8.3 s of speech
     silence = np.zeros(SAMPLE_RATE, np.int16)
     x = np.concatenate([silence, clip, silence, clip, silence])
-    pipeline, _, publisher = run(tmp_path, x, live=True, partial_interval_ms=500, speculate_after_ms=None)
+    pipeline, engine, publisher = run(tmp_path, x, live=True, partial_interval_ms=500, speculate_after_ms=None)
     finals = publisher.finals()
     partials = [t for t in publisher.transcripts if t.partial]
     assert len(finals) == 2 and len({t.id for t in finals}) == 2
     assert partials and {t.id for t in partials} <= {t.id for t in finals}
+    assert engine.partial.count(True) == len(partials) and engine.partial.count(False) == 2  # commands: finals only
     for final in finals:  # every partial of an utterance comes before its final
         mine = [i for i, t in enumerate(publisher.transcripts) if t.id == final.id]
         assert publisher.transcripts[mine[-1]] is final

@@ -190,7 +190,8 @@ class Transcriber:
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),
-                   max_windows: int | None = None, vocabulary: Vocabulary = NO_VOCABULARY) -> Transcription:
+                   max_windows: int | None = None, vocabulary: Vocabulary = NO_VOCABULARY,
+                   partial: bool = False) -> Transcription:
         """audio: float32 mono at the bundle's rate. final=False: speech goes on after it; the
         tail after the last complete timestamp is left unconsumed. language: this request's
         (multilingual bundles), else model.language's. should_stop() is asked between decoded
@@ -199,7 +200,8 @@ class Transcriber:
         the text tokens said just before `audio` (an earlier call's `context`), so that audio
         decoded call by call reads as it would in one call. max_windows: decode at most this
         many windows; the audio after them is left unconsumed. vocabulary: the home's names
-        and terms this request should be heard with (asr/vocabulary.py)."""
+        and terms this request should be heard with (asr/vocabulary.py). partial: a look at
+        speech still under way: its names are heard, its commands not read (stages.Engine)."""
         audio = np.asarray(audio, dtype=np.float32)
         if language is None or not self.bundle.multilingual:
             language = self.options.language
@@ -217,7 +219,7 @@ class Transcriber:
         if final:
             walk.seek = len(audio)
         result = self._transcription(walk, complete=final)
-        if (vocabulary and final and walk.windows == 1 and walk.last is not None and self.sentences is not None
+        if (vocabulary and final and not partial and walk.windows == 1 and walk.last is not None and self.sentences is not None
                 and "grammar" in self.hearing):
             result = self._as_command(result, walk, vocabulary)
         return result

@@ -323,10 +323,11 @@ class Session:
         with self._lock:
             return self._audio.view(self._committed), self._committed
 
-    def _transcribe(self, engine: Engine, audio: np.ndarray, final: bool,
-                    should_stop: Callable[[], bool] | None = None, max_windows: int | None = None) -> Transcription:
+    def _transcribe(self, engine: Engine, audio: np.ndarray, final: bool, should_stop: Callable[[], bool] | None = None,
+                    max_windows: int | None = None, partial: bool = False) -> Transcription:
         result = engine.transcribe(audio, final=final, language=self.language, should_stop=should_stop,
-                                   prompt=self._context, max_windows=max_windows, vocabulary=self.vocabulary)
+                                   prompt=self._context, max_windows=max_windows, vocabulary=self.vocabulary,
+                                   partial=partial)
         if result.language:
             self._language = result.language
         return result
@@ -343,7 +344,7 @@ class Session:
     def _partial(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
         audio, _ = self._pending()
         if len(audio):
-            result = self._transcribe(engine, audio[: self.window], final=True, should_stop=should_stop)
+            result = self._transcribe(engine, audio[: self.window], final=True, should_stop=should_stop, partial=True)
             delta = self.prefix.update(_join(self._text, result.text))
             if delta:
                 self.on_partial(delta)
