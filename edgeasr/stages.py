@@ -182,8 +182,8 @@ class Intent:
 class WordGraph:
     """A home's sentences as a graph of words (Home Assistant's templates with the home's names):
     a sentence is a path from `start` to a final state. An arc is labelled by what is said
-    along it: a word or a whole name, NUMBER (digits), or None (nothing). What the engine's
-    grammar-constrained decoding walks (asr/grammar.py)."""
+    along it: a word or a whole name, NUMBER (digits, a decimal point maybe), or None (nothing).
+    What the engine's grammar-constrained decoding walks (asr/grammar.py)."""
 
     NUMBER = "<number>"
 

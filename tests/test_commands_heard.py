@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import re
 import subprocess
 import sys
 import time
@@ -118,6 +120,23 @@ def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
         primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
         found = [normalize(tiny.tokenizer.decode(tokens)) for tokens, _ in search.search(tiny.decoder, primed)]
         assert "are lutron shades open attic" in found and len(found) == len(set(found)), found
+
+
+def test_the_search_writes_the_home_sentences_as_the_decoder_does(tiny):
+    """Sentences sampled from the templates of both homes, written as the decoder writes them
+    (capitalized, a full stop at the end), are the search's sentences token by token, the end of
+    text after them: decimals ("to 20.5 degrees"), a mark the tokenizer merges into a word ("to
+    50%." is " 50", "%."), "66°" and "66 °". Not "5200k": hassil's pieces of a word that ends a
+    number are not known apart from a word of their own."""
+    for path in (HOME, HELD_OUT):
+        sentences = sentences_for(load_home(path), "en")
+        search = tiny.commands.search_for(sentences.graph())
+        sampled = [text for text, _ in sentences.sample(random.Random(3), 300) if not re.search(r"\dk\b", text)]
+        written = [" " + text[:1].upper() + text[1:] + "." for text in sampled]
+        assert any(re.search(r"\d\.\d", w) for w in written) and any(w.endswith("%.") for w in written)
+        missing = [w for w in written if not search.spells(tiny.tokenizer.encode(w))]
+        assert not missing, missing[:5]
+        assert not search.spells(tiny.tokenizer.encode(" Turn on the moon."))
 
 
 def test_without_a_vocabulary_nothing_changes(tiny, speakers):

@@ -136,7 +136,8 @@ def test_the_word_graph_holds_the_sentences_hassil_matches(sentences, text):
 
 def test_the_word_graph_holds_the_sentences_of_the_templates(sentences):
     """Every sentence sampled from the templates with the home's names is on the graph, but a
-    temperature with a decimal point (a number is digits only)."""
+    temperature with a decimal point: a NUMBER arc is digits here, and the search reads a decimal
+    point into it (test_commands_heard)."""
     sampled = [text for text, _ in sentences.sample(random.Random(3), 300) if not re.search(r"\d\.\d", text)]
     assert len(sampled) > 250
     missing = [text for text in sampled if not _on_graph(sentences.graph(), text)]

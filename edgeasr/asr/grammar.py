@@ -3,9 +3,10 @@ a path of the home's WordGraph (stages.WordGraph: Home Assistant's templates wit
 names), so that what comes out is the home's sentence the audio is likeliest to be.
 
 A word or a name is spelled the ways the decoder writes it (with its leading space; as written,
-lower-cased, capitalized); a number is any run of digit tokens; a comma, a full stop or a
-question mark may come between words. The search reads the decoder as `decoding.score_texts`
-does (no timestamps, no logit rule), so its score compares with a free text's.
+lower-cased, capitalized); a number is any run of digit tokens, with a decimal point maybe; a
+comma may come between words, and a full stop, a question mark or an exclamation mark where a
+sentence may end. The search reads the decoder as `decoding.score_texts` does (no timestamps,
+no logit rule), so its score compares with a free text's.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ROWS = BEAM + FIRST_WORDS  # hypotheses that go on at each step
 MAX_TOKENS = 32  # a command longer than this is not one of the home's
 MARKS = (",", ".", "?", "!")  # a comma may come between words; any of them where a sentence may end
 ENDS = (".", "?", "!")  # only the end of text may follow these
-BARE = ("%", "-", "'s")  # a word that begins so is written without a space before it ("-hours")
+BARE = ("%", "-", "'s", "°")  # a word that begins so may be written without a space before it ("-hours")
 # places in the graph whose closures, arcs, allowed tokens and next places are kept: a cache
 # that is full starts again (measured: ~700 places and 11 MB after 150 commands, still growing)
 MAX_PLACES = 2048
@@ -55,6 +56,7 @@ class _Unit:
     tokens: tuple[int, ...]
     at: int
     to: int
+    mark: str = ""  # the mark its last token carries, where the tokenizer merges them ("%.")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class _Where:
     number: frozenset[int] = frozenset()
     marked: bool = False  # a mark was the last token: another may not follow
     ended: bool = False  # a mark that ends the sentence was the last token
+    decimal: bool = False  # the number under way has its decimal point
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class _Out:
     """The arcs out of a place: each spelling of their words by its first token, and where the
     arcs that take a number lead."""
 
-    spelled: dict[int, tuple[tuple[tuple[int, ...], int], ...]]
+    spelled: dict[int, tuple[tuple[tuple[int, ...], int, str], ...]]  # spelling, where it leads, its mark
     numbers: tuple[int, ...]
 
 
@@ -96,9 +99,10 @@ class GrammarSearch:
         self.graph, self.encode, self.decode, self.eot, self.max_places = graph, encode, decode, eot, max_places
         self.marks = frozenset(t for m in MARKS for t in (encode(m) if len(encode(m)) == 1 else ()))
         self.ends = frozenset(t for m in ENDS for t in (encode(m) if len(encode(m)) == 1 else ()))
+        self.point = frozenset(t for t in (encode(".") if len(encode(".")) == 1 else ()))  # a decimal point
         self.digits = frozenset(t for t in range(eot) if decode([t]).strip().isdigit())
         self._closures: dict[frozenset[int], frozenset[int]] = {}
-        self._spellings: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self._spellings: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {}
         self._allowed: dict[_Where, frozenset[int]] = {}
         self._next: dict[tuple[_Where, int], _Where] = {}
         self._labelled: dict[frozenset[int], _Out] = {}
@@ -189,6 +193,15 @@ class GrammarSearch:
             alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
         return sorted(finished.values(), key=lambda f: -f[1])
 
+    def spells(self, tokens: list[int]) -> bool:
+        """Is this one of the graph's sentences as the search may write it, the end of text next?"""
+        where = _Where(self._close(frozenset([self.graph.start])))
+        for token in tokens:
+            if token not in self._allowed_after(where):
+                return False
+            where = self._after(where, token)
+        return self.eot in self._allowed_after(where)
+
     def _choose(self, scored: list[tuple[float, Any, int]], tokens: Callable[[Any], list[int]],
                 finished: dict[str, tuple[list[int], float]], beam: int, first_words: int) -> list[tuple]:
         """Of the scored (total, hypothesis, token; likeliest first; `tokens` of a hypothesis),
@@ -248,27 +261,36 @@ class GrammarSearch:
             self._closures[states] = frozenset(seen)
         return self._closures[states]
 
-    def _spelled(self, label: str) -> tuple[tuple[int, ...], ...]:
+    def _spelled(self, label: str) -> tuple[tuple[tuple[int, ...], str], ...]:
+        """The ways the decoder writes a word: its tokens, and the mark its last token carries
+        where the tokenizer merges a mark into it ("to 50%." is " 50", "%."; "", most words)."""
         if label not in self._spellings:
+            ways: set[tuple[tuple[int, ...], str]] = set()
             forms = {label, label.lower(), label[:1].upper() + label[1:]}
-            bare = label.startswith(BARE)
-            self._spellings[label] = tuple({tuple(self.encode(("" if bare else " ") + f)) for f in forms})
+            for text in {p + f for f in forms for p in (("", " ") if label.startswith(BARE) else (" ",))}:
+                seq = tuple(self.encode(text))
+                ways.add((seq, ""))
+                for mark in MARKS:
+                    merged = tuple(self.encode(text + mark))
+                    if len(merged) == len(seq) and merged[:-1] == seq[:-1] and merged != seq:
+                        ways.add((merged, mark))
+            self._spellings[label] = tuple(ways)
         return self._spellings[label]
 
     def _out(self, states: frozenset[int]) -> _Out:
         """The arcs out of `states` that say something, by the first token of their spellings."""
         if states not in self._labelled:
             self._room(self._labelled)
-            spelled: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+            spelled: dict[int, list[tuple[tuple[int, ...], int, str]]] = {}
             numbers: list[int] = []
             for label, to in dict.fromkeys((label, to) for s in states for label, to in self.graph.arcs.get(s, ())
                                            if label is not None):
                 if label == WordGraph.NUMBER:
                     numbers.append(to)
                 else:
-                    for seq in self._spelled(label):
+                    for seq, mark in self._spelled(label):
                         if seq:
-                            spelled.setdefault(seq[0], []).append((seq, to))
+                            spelled.setdefault(seq[0], []).append((seq, to, mark))
             self._labelled[states] = _Out({t: tuple(out) for t, out in spelled.items()}, tuple(numbers))
         return self._labelled[states]
 
@@ -277,9 +299,11 @@ class GrammarSearch:
             allowed: set[int] = {u.tokens[u.at] for u in where.units}
             if where.number:
                 allowed |= self.digits
-            if where.states:
-                if where.ended:
-                    return frozenset([self.eot])
+                if not where.decimal:
+                    allowed |= self.point
+            if where.states and where.ended:
+                allowed.add(self.eot)
+            elif where.states:
                 if not where.marked:
                     allowed |= self.marks if where.states & self.graph.finals else self.marks - self.ends
                 if where.states & self.graph.finals:
@@ -301,18 +325,27 @@ class GrammarSearch:
         return self._next[key]
 
     def _step(self, where: _Where, token: int) -> _Where:
+        if token in self.point and where.number and not where.decimal:
+            # after digits, a full stop ends the sentence, or digits follow it: "to 20.5 degrees"
+            return _Where(where.states & self.graph.finals, number=where.number, marked=True, ended=True, decimal=True)
         if token in self.marks and where.states:
             if token in self.ends:  # only the end of text may follow
                 return _Where(where.states & self.graph.finals, marked=True, ended=True)
             return _Where(where.states, marked=True)  # a mark between words: the same place, nothing under way
-        units = [_Unit(u.tokens, u.at + 1, u.to) for u in where.units if u.tokens[u.at] == token]
+        units = [_Unit(u.tokens, u.at + 1, u.to, u.mark) for u in where.units if u.tokens[u.at] == token]
         number: set[int] = set()
         if token in self.digits:
             number |= where.number
         out = self._out(where.states)
         if token in self.digits:
             number.update(out.numbers)
-        units += [_Unit(seq, 1, to) for seq, to in out.spelled.get(token, ())]
-        done = frozenset(u.to for u in units if u.at == len(u.tokens)) | frozenset(number)
-        return _Where(self._close(done) if done else frozenset(),
-                      tuple(u for u in units if u.at < len(u.tokens)), frozenset(number))
+        units += [_Unit(seq, 1, to, mark) for seq, to, mark in out.spelled.get(token, ())]
+        going = tuple(u for u in units if u.at < len(u.tokens))
+        done = frozenset(u.to for u in units if u.at == len(u.tokens) and not u.mark) | frozenset(number)
+        marked = [u for u in units if u.at == len(u.tokens) and u.mark]
+        if marked and not done:  # a word and its mark in one token: as the word, then the mark
+            states = self._close(frozenset(u.to for u in marked))
+            ended = any(u.mark in ENDS for u in marked)
+            return _Where(states & self.graph.finals if ended else states, going, marked=True, ended=ended)
+        return _Where(self._close(done) if done else frozenset(), going,
+                      frozenset(number), decimal=where.decimal and bool(where.number) and token in self.digits)
