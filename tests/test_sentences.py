@@ -134,6 +134,14 @@ def test_the_word_graph_holds_the_sentences_hassil_matches(sentences, text):
     assert _on_graph(sentences.graph(), text), text
 
 
+def test_a_text_said_again_is_recognized_once(sentences):
+    """A home says its commands again and again: their intents are kept (RECOGNIZED_CACHE)."""
+    first = sentences.recognize("turn off the kitchen lights ")
+    hits = sentences._recognized.cache_info().hits
+    assert sentences.recognize("turn off the kitchen lights ") == first
+    assert sentences._recognized.cache_info().hits == hits + 1
+
+
 def test_the_word_graph_holds_the_sentences_of_the_templates(sentences):
     """Every sentence sampled from the templates with the home's names is on the graph, but a
     temperature with a decimal point: a NUMBER arc is digits here, and the search reads a decimal
