@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -60,21 +61,27 @@ class BatchDecoderSession:
         self.logits = np.zeros((size, bundle.n_vocab), np.float32)
         self.offset = np.zeros(1, np.int64)
         self.length = 0
-        self.binding = self.session.io_binding()
-        self._bind(self.binding)
+        self._cross: dict[str, np.ndarray] = {}  # the window's cross K/V, bound by `begin`
+        self._bindings: dict[int, Any] = {}  # onnxruntime IOBindings by the number of rows a step runs
 
-    def _bind(self, binding) -> None:
-        """Everything but the window's cross K/V, once: a step binds nothing."""
-        layers, d = self.bundle.decoder_layers, self.bundle.d_model
-        binding.bind_input("token_embeddings", "cpu", 0, np.float32, [self.size, 1, d], self.rows.ctypes.data)
-        binding.bind_input("offset", "cpu", 0, np.int64, [1], self.offset.ctypes.data)
-        binding.bind_output("logits", "cpu", 0, np.float32, list(self.logits.shape), self.logits.ctypes.data)
-        for i in range(layers):
-            for j, kind in enumerate("kv"):
-                binding.bind_input(f"self_{kind}{i}", "cpu", 0, np.float32, list(self.cache.shape[2:]),
-                                   self.cache[i, j].ctypes.data)
-                binding.bind_output(f"new_{kind}{i}", "cpu", 0, np.float32, [self.size, 1, d],
-                                    self.new[i, j].ctypes.data)
+    def _binding(self, n: int):
+        """The step's bindings for its first n rows (each buffer holds them first and whole):
+        made once; a step binds nothing."""
+        if n not in self._bindings:
+            layers, d = self.bundle.decoder_layers, self.bundle.d_model
+            binding = self.session.io_binding()
+            binding.bind_input("token_embeddings", "cpu", 0, np.float32, [n, 1, d], self.rows.ctypes.data)
+            binding.bind_input("offset", "cpu", 0, np.int64, [1], self.offset.ctypes.data)
+            binding.bind_output("logits", "cpu", 0, np.float32, [n, self.bundle.n_vocab], self.logits.ctypes.data)
+            for i in range(layers):
+                for j, kind in enumerate("kv"):
+                    binding.bind_input(f"self_{kind}{i}", "cpu", 0, np.float32, [n, *self.cache.shape[3:]],
+                                       self.cache[i, j].ctypes.data)
+                    binding.bind_output(f"new_{kind}{i}", "cpu", 0, np.float32, [n, 1, d], self.new[i, j].ctypes.data)
+            for name, array in self._cross.items():
+                binding.bind_input(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+            self._bindings[n] = binding
+        return self._bindings[n]
 
     def begin(self) -> None:
         """After the prompt ran through the DecoderSession: its cache rows for every hypothesis,
@@ -82,8 +89,10 @@ class BatchDecoderSession:
         p = self.decoder.length
         self.cache[:, :, :, :p] = self.decoder.cache[:, :, None, :p]
         self.length = p
-        for name, array in self.decoder.cross_inputs().items():
-            self.binding.bind_input(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+        self._cross = dict(self.decoder.cross_inputs())
+        for binding in self._bindings.values():
+            for name, array in self._cross.items():
+                binding.bind_input(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
 
     def reorder(self, parents: list[int]) -> None:
         """Hypothesis r continues hypothesis parents[r]: copy the cache rows that change, in
@@ -95,14 +104,18 @@ class BatchDecoderSession:
             self.cache[:, :, moved, :p] = sources
 
     def step(self, tokens: list[int]) -> np.ndarray:
-        """One token per hypothesis after the cached ones; the logits [size, n_vocab] (the
+        """One token per hypothesis after the cached ones, for the first len(tokens) of them
+        (fewer rows, less work); the logits [size, n_vocab], of which those rows are valid (the
         session's buffer: valid until the next step, and the caller may change it)."""
+        n = len(tokens)
         if self.length + 1 > self.cache.shape[3]:
             raise ValueError("decoder context is full")
-        self.decoder.embedding.read(tokens, self.rows[:, 0])
+        if not 0 < n <= self.size:
+            raise ValueError(f"a step of {n} hypotheses in a batch of {self.size}")
+        self.decoder.embedding.read(tokens, self.rows[:n, 0])
         self.offset[0] = self.length
-        self.session.run_with_iobinding(self.binding)
-        self.cache[:, :, :, self.length] = self.new[:, :, :, 0]
+        self.session.run_with_iobinding(self._binding(n))
+        self.cache[:, :, :n, self.length] = self.new[:, :, :n, 0]
         self.length += 1
         return self.logits
 

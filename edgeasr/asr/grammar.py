@@ -187,9 +187,8 @@ class GrammarSearch:
                     going.append(([*tokens, token], total, self._after(where, token), row))
             if not going or len(finished) >= beam:
                 break
-            parents = [g[3] for g in going] + [going[0][3]] * (batch.size - len(going))
-            batch.reorder(parents)
-            rows = batch.step([g[0][-1] for g in going] + [going[0][0][-1]] * (batch.size - len(going)))
+            batch.reorder([g[3] for g in going])
+            rows = batch.step([g[0][-1] for g in going])  # only the rows of the hypotheses that go on
             alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
         return sorted(finished.values(), key=lambda f: -f[1])
 
