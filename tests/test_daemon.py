@@ -79,11 +79,12 @@ def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
     return jiwer.wer(refs, hyps)
 
 
-@pytest.mark.parametrize("stream_id", ["dev_stream_01", "dev_stream_02", "dev_stream_01_noisy20db"])
+@pytest.mark.parametrize("stream_id", ["dev_stream_01", "dev_stream_01_noisy20db"])
 def test_realtime_stream_publishes_every_utterance(stream_id, tiny_default_bundle, dev_dir, tmp_path,
                                                    mosquitto, subscribe, engine):  # noqa: F811
     """A stream at real time through the daemon; for dev_stream_01 the broker is also down
-    for 30 s in the middle, and every transcript must still arrive, in order."""
+    for 30 s in the middle, and every transcript must still arrive, in order. (dev_stream_02, a
+    third minute at real time, tests nothing these two do not: its WER is a benchmark's.)"""
     rows = stream_rows(dev_dir, stream_id)
     audio_path = dev_dir / "longform" / f"{stream_id}.wav"
     sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
