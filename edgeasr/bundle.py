@@ -27,7 +27,8 @@ VERIFIED = ".verified.json"
 # are there only when imported with those extras (manifest `extras`), so a reader can no
 # longer count on them; 8: decoder_align (the alignment heads' cross-attention, for word
 # timestamps) in the default bundle, int8 but its MLPs (fp32 with the fp32 extra); the beam
-# extra: decoder_step_batch, the step for several hypotheses at once
+# extra: decoder_step_batch, the step for several hypotheses at once, and (0.7.3, optional
+# within the format) decoder_score, the step with every position's logits
 FORMAT = "edgeasr-bundle/8"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
@@ -38,10 +39,13 @@ SILENCE_ROLE = "silence_rows"
 ALIGN_ROLE = "decoder_align"
 # The decoder step for a beam's hypotheses in one run (extra `beam`)
 BATCH_STEP_ROLE = "decoder_step_batch"
+# The decoder step with every position's logits: a text read by teacher forcing in one run (extra `beam`)
+SCORE_ROLE = "decoder_score"
 # Roles that only a bundle imported with an extra holds (`edgeasr models import --with`)
 EXTRA_ROLES = {"encoder": "fp32 or --with hailo", "decoder_cross": "fp32", "decoder_step": "fp32",
                "decoder_align": "fp32", "hailo_decoder": "hailo", "encoder_30s": "30s",
-               "decoder_step_batch": "beam", "decoder_step_batch_int8": "beam"}
+               "decoder_step_batch": "beam", "decoder_step_batch_int8": "beam",
+               "decoder_score": "beam", "decoder_score_int8": "beam"}
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,27 @@ def test_the_decoder_finds_what_was_said_likelier_than_a_near_sentence(tiny, spe
     assert scores[0] > scores[1] > scores[2]
 
 
+def test_a_text_is_read_in_one_run_of_the_scoring_step_as_token_by_token(tiny_bundle, speakers):
+    """The embedded default bundle's scoring step (decoder_score: every position's logits) reads
+    a text by teacher forcing in one run; token by token, the step reads it alike (int8's
+    activation scales differ with the rows run together: within 0.1 nats per token) and ranks it
+    alike. A bundle without the scoring step (imported without `beam`) reads token by token."""
+    tiny = make_engine(tiny_bundle)
+    audio = said(speakers, "pause the timer")
+    mel = log_mel(audio, tiny.spec)
+    texts = [tiny.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
+    primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
+    assert tiny.decoder.every_logits(texts[0]) is not None
+    at_once = score_texts(tiny.decoder, primed, texts)
+    graph, tiny.decoder._score_graph = tiny.decoder._score_graph, None
+    try:
+        one_by_one = score_texts(tiny.decoder, primed, texts)
+    finally:
+        tiny.decoder._score_graph = graph
+    assert np.allclose(at_once, one_by_one, atol=0.1), (at_once, one_by_one)
+    assert np.argsort(at_once).tolist() == np.argsort(one_by_one).tolist()
+
+
 def test_a_misheard_name_is_put_right_and_other_speech_left_alone(tiny, speakers):
     home = load_home(HOME)
     audio = said(speakers, "turn on the Nanoleaf Shapes")

@@ -99,7 +99,7 @@ def test_manifest_describes_the_bundle(tiny_bundle):
     assert m["extras"] == ["30s", "beam", "fp32", "hailo"]
     assert set(m["files"]) == DEFAULT_ROLES | {"encoder", "decoder_cross", "decoder_step", "decoder_align",
                                                "decoder_step_batch", "decoder_step_batch_int8",
-                                               "hailo_decoder", "encoder_30s"}
+                                               "decoder_score", "decoder_score_int8", "hailo_decoder", "encoder_30s"}
 
 
 def test_default_bundle_holds_what_the_runtime_reads(tiny_default_bundle, dev_dir, dev_manifest):

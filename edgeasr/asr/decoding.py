@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from edgeasr.asr import logits as rules
 from edgeasr.asr.encoder import ort_session
-from edgeasr.bundle import SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
+from edgeasr.bundle import SCORE_ROLE, SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import Cancelled, ConfigError, ModelError
 
@@ -186,6 +187,11 @@ class DecoderSession:
         self.length = 0
         # the encoder output (a new array per window), padding and silence level `start` last ran
         self._window: tuple[np.ndarray, int, float | None] | None = None
+        # the step with every position's logits, where the bundle has it (made on first use:
+        # only texts read by teacher forcing need it)
+        self._score_graph = bundle.graph(SCORE_ROLE, precision) if bundle.has_graph(SCORE_ROLE, precision) else None
+        self._score_session: Any = None
+        self._threads = threads
 
     def start(self, audio_features: np.ndarray, padding: int, silence: float | None = None) -> None:
         """Cross-attention K/V for a window; resets the self-attention cache.
@@ -254,6 +260,22 @@ class DecoderSession:
         self.cache[:, :, p : p + n] = self._new
         self.length = p + n
         return self.logits[0]
+
+    def every_logits(self, tokens: list[int]) -> np.ndarray | None:
+        """The logits after each of `tokens` fed after the cached ones [n, n_vocab], in one run,
+        the cache left as it was; None where the bundle has no scoring step."""
+        if self._score_graph is None or not tokens:
+            return None
+        if self._score_session is None:
+            self._score_session = ort_session(self._score_graph, self._threads)
+        if self.length + len(tokens) > self.cache.shape[2]:
+            raise ValueError("decoder context is full")
+        rows = np.zeros((len(tokens), self.bundle.d_model), np.float32)
+        self.embedding.read(tokens, rows)
+        feeds = {"token_embeddings": rows, "offset": np.array([self.length], np.int64), **self.cross_inputs()}
+        for i in range(self.bundle.decoder_layers):
+            feeds[f"self_k{i}"], feeds[f"self_v{i}"] = self.cache[i, 0], self.cache[i, 1]
+        return self._score_session.run(["logits"], feeds)[0]
 
     def _bind_rows(self, n: int) -> None:
         layers, d = self.bundle.decoder_layers, self.bundle.d_model
@@ -393,6 +415,12 @@ def score_texts(session: DecoderSession, primed: Primed, texts: Sequence[Sequenc
     scores = []
     for text in texts:
         session.length, logits, total = primed.length, primed.logits, 0.0
+        every = session.every_logits(list(text))  # the bundle's scoring step: the text in one run
+        if every is not None:
+            after = np.concatenate([primed.logits[None], every])  # the logits each token is read from
+            lp = after[np.arange(len(text) + 1), [*text, eot]] - rules.logsumexp_rows(after)
+            scores.append(float(lp.mean()))
+            continue
         sequence = [*text, eot]
         for i, token in enumerate(sequence):
             total += float(logits[token]) - rules.logsumexp(logits)

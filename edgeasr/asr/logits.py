@@ -26,6 +26,12 @@ def logsumexp(x: np.ndarray) -> float:
     return float(m + np.log(np.sum(np.exp(x - m)))) if np.isfinite(m) else float(m)
 
 
+def logsumexp_rows(x: np.ndarray) -> np.ndarray:
+    """logsumexp of each row of x [n, V] (finite)."""
+    m = x.max(axis=1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+
+
 def logprob_of_max(x: np.ndarray, index: int, scratch: np.ndarray) -> float:
     """log-softmax at `index`, the position of x's maximum (the greedy pick): -log sum
     exp(x - max), worked out in `scratch` (an array like x). The argmax already found the

@@ -13,7 +13,8 @@ graphs for other uses:
 - fp32: encoder.onnx, decoder_cross.onnx, decoder_step.onnx, decoder_align.onnx (precision
   fp32, weight dumps);
 - beam: decoder_step_batch.int8.onnx (+ .onnx with fp32), the step for a beam's hypotheses
-  in one run (decoder.beam_size > 1);
+  in one run (decoder.beam_size > 1, the search held to a home's sentences), and
+  decoder_score.int8.onnx, the step with every position's logits (texts read by teacher forcing);
 - hailo: the Hailo-ready fp32 encoder.onnx (lint-hailo, compile-hef) and hailo_decoder.onnx
   (the full-NPU reference decoder);
 - 30s: encoder_30s.onnx (the benchmark's 30 s reference row).
@@ -300,6 +301,8 @@ def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[st
     if "beam" in extras:
         steps.run("batched decoder step", files.cpu_graph, "decoder_step_batch", decoder_step_batch,
                   keep_fp32=fp32, keep_float=step_float)
+        steps.run("scoring decoder step", files.cpu_graph, "decoder_score", graphs.decoder_score,
+                  keep_fp32=fp32, keep_float=step_float)
     if "hailo" in extras:
         steps.run("Hailo decoder (fixed length) and token table", files.token_table, window, hailo_decoder=True)
     else:
@@ -368,7 +371,7 @@ def import_model(sources: list[str], out: Path, window_s: float = DEFAULT_WINDOW
     extras = check_extras(extras)
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=8 + ("beam" in extras))
+    steps = _Steps(total=8 + 2 * ("beam" in extras))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     window = encoder_window(window_s, ckpt.dims)

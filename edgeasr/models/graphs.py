@@ -152,7 +152,14 @@ def declare_step_io(b: GraphBuilder, inputs: list[str], outputs: list[str],
         b.output(name, shapes[name])
 
 
-def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
+def decoder_score(ckpt: Checkpoint) -> onnx.ModelProto:
+    """`decoder_step` through the vocabulary projection of every position: logits [n, n_vocab].
+    A text read by teacher forcing (asr/decoding.score_texts) is one run, whose projection reads
+    its weights once for all the text's tokens, not once a token."""
+    return decoder_step(ckpt, every_position=True)
+
+
+def decoder_step(ckpt: Checkpoint, every_position: bool = False) -> onnx.ModelProto:
     """One cached decoder call for n new tokens (the prompt, then 1 token per step), through
     the vocabulary projection of the last position.
 
@@ -171,7 +178,10 @@ def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
     s, d = ckpt.state, ckpt.dims
     b = GraphBuilder(DECODER_OPSET)
     inputs, outputs = step_io_names(d.decoder_layers)
-    declare_step_io(b, inputs, outputs, _step_shapes(d))
+    shapes = _step_shapes(d)
+    if every_position:
+        shapes["logits"] = [NEW_TOKENS_AXIS, d.n_vocab]
+    declare_step_io(b, inputs, outputs, shapes)
     x, offset, cross_bias = "token_embeddings", "offset", "cross_bias"
 
     rows, mask = _positions_and_mask(b, x, offset)
@@ -180,12 +190,13 @@ def decoder_step(ckpt: Checkpoint) -> onnx.ModelProto:
     for i in range(d.decoder_layers):
         with b.scope(f"layers.{i}"):
             x = _decoder_layer(b, x, ckpt, i, offset, mask, cross_bias)
-    last = b.op("Slice", x, b.ints("slice.last", [-1]), b.ints("slice.end", [INT64_MAX]),
-                b.ints("axis.0", [0]))  # [1, d]: only the last position's logits are needed
-    h = layer_norm(b, last, s, "model.decoder.layer_norm")
+    if not every_position:
+        x = b.op("Slice", x, b.ints("slice.last", [-1]), b.ints("slice.end", [INT64_MAX]),
+                 b.ints("axis.0", [0]))  # [1, d]: only the last position's logits are needed
+    h = layer_norm(b, x, s, "model.decoder.layer_norm")
     # the tied embedding as the projection's [d, V] MatMul weight, stored once
     b.op("MatMul", h, b.weight("proj_out.weight", s["proj_out.weight"].T), out="logits")
-    return b.model("whisper_decoder_step")
+    return b.model("whisper_decoder_score" if every_position else "whisper_decoder_step")
 
 
 def _step_shapes(d) -> dict[str, list]:
