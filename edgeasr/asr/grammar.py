@@ -40,6 +40,11 @@ BARE = ("%", "-", "'s", "°")  # a word that begins so may be written without a 
 MAX_PLACES = 2048
 
 
+def _one_token(encode: Callable[[str], list[int]], texts: tuple[str, ...]) -> frozenset[int]:
+    """The tokens of those texts the tokenizer writes as one token."""
+    return frozenset(t for text in texts if len(tokens := encode(text)) == 1 for t in tokens)
+
+
 def only_drops_words(heard: str, sentence: str) -> bool:
     """Is `sentence` the text as heard with words left out and none changed? Taking it would put
     no mishearing right, only drop words the decoder heard ("what time is it in Denver" is not
@@ -97,9 +102,8 @@ class GrammarSearch:
     def __init__(self, graph: WordGraph, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
                  eot: int, max_places: int = MAX_PLACES) -> None:
         self.graph, self.encode, self.decode, self.eot, self.max_places = graph, encode, decode, eot, max_places
-        self.marks = frozenset(t for m in MARKS for t in (encode(m) if len(encode(m)) == 1 else ()))
-        self.ends = frozenset(t for m in ENDS for t in (encode(m) if len(encode(m)) == 1 else ()))
-        self.point = frozenset(t for t in (encode(".") if len(encode(".")) == 1 else ()))  # a decimal point
+        self.marks, self.ends = _one_token(encode, MARKS), _one_token(encode, ENDS)
+        self.point = _one_token(encode, (".",))  # a decimal point
         self.digits = frozenset(t for t in range(eot) if decode([t]).strip().isdigit())
         self._closures: dict[frozenset[int], frozenset[int]] = {}
         self._spellings: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {}
@@ -332,19 +336,15 @@ class GrammarSearch:
                 return _Where(where.states & self.graph.finals, marked=True, ended=True)
             return _Where(where.states, marked=True)  # a mark between words: the same place, nothing under way
         units = [_Unit(u.tokens, u.at + 1, u.to, u.mark) for u in where.units if u.tokens[u.at] == token]
-        number: set[int] = set()
-        if token in self.digits:
-            number |= where.number
         out = self._out(where.states)
-        if token in self.digits:
-            number.update(out.numbers)
+        number = where.number | frozenset(out.numbers) if token in self.digits else frozenset()
         units += [_Unit(seq, 1, to, mark) for seq, to, mark in out.spelled.get(token, ())]
         going = tuple(u for u in units if u.at < len(u.tokens))
-        done = frozenset(u.to for u in units if u.at == len(u.tokens) and not u.mark) | frozenset(number)
+        done = frozenset(u.to for u in units if u.at == len(u.tokens) and not u.mark) | number
         marked = [u for u in units if u.at == len(u.tokens) and u.mark]
         if marked and not done:  # a word and its mark in one token: as the word, then the mark
             states = self._close(frozenset(u.to for u in marked))
             ended = any(u.mark in ENDS for u in marked)
             return _Where(states & self.graph.finals if ended else states, going, marked=True, ended=ended)
         return _Where(self._close(done) if done else frozenset(), going,
-                      frozenset(number), decimal=where.decimal and bool(where.number) and token in self.digits)
+                      number, decimal=where.decimal and token in self.digits)
