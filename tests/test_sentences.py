@@ -134,6 +134,19 @@ def test_the_word_graph_holds_the_sentences_hassil_matches(sentences, text):
     assert _on_graph(sentences.graph(), text), text
 
 
+def test_a_template_that_asks_for_a_domain_holds_only_the_names_of_that_domain(sentences):
+    """A name goes on the graph only where Home Assistant would match it: the fan mode of a
+    climate entity, not of a cover; a plain name (a Wyoming request's, no domain) anywhere."""
+    for text, matched in [("set the fan mode of the Ecobee to auto", True),
+                          ("set the fan mode of the Somfy Blinds to auto", False),
+                          ("open the Somfy Blinds", True), ("open the Ecobee", False)]:
+        assert (sentences.recognize(text) is not None) == matched, text
+        assert _on_graph(sentences.graph(), text) == matched, text
+    plain = HomeSentences(Vocabulary((HomeName("Bubble Lamp", "name"),)), "en")
+    for text in ["set the fan mode of Bubble Lamp to auto", "open Bubble Lamp"]:
+        assert plain.recognize(text) is not None and _on_graph(plain.graph(), text), text
+
+
 def test_a_text_said_again_is_recognized_once(sentences):
     """A home says its commands again and again: their intents are kept (RECOGNIZED_CACHE)."""
     first = sentences.recognize("turn off the kitchen lights ")

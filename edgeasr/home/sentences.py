@@ -16,6 +16,7 @@ the first of them).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -103,11 +104,22 @@ class HomeSentences:
         free text (a message, a shopping-list item) and the FST's word-skipping arcs left out:
         free decoding hears those."""
         if self._graph is None:
-            from hassil.fst import intents_to_fst
-
-            fst = intents_to_fst(self._intents, self._slot_lists)
-            self._graph = WordGraph(fst.start, _word_arcs(fst, self._slot_values()), frozenset(fst.final_states))
+            self._graph = _joined([self._block_graph(domains, intents)
+                                   for domains, intents in _by_domains(self._hassil, self._intents).items()])
         return self._graph
+
+    def _block_graph(self, domains: frozenset[str], intents: Any) -> WordGraph:
+        """The graph of the templates that ask for an entity of `domains` (none: any), an entity
+        slot holding only the names Home Assistant would match there: "the fan mode of the
+        blinds" is no sentence of a home whose blinds are a cover, and held the decoding to
+        such sentences, half a command's search went on sentences it could never take."""
+        from hassil.fst import intents_to_fst
+
+        said = self._slot_values()
+        if domains:
+            said[BEST_SLOT] = tuple(_said_in(self._slot_lists[BEST_SLOT], domains))
+        fst = intents_to_fst(intents, self._slot_lists)
+        return WordGraph(fst.start, _word_arcs(fst, said), frozenset(fst.final_states))
 
     def _slot_values(self) -> dict[str, tuple[str, ...]]:
         """What may be said for each slot the templates name: the home's names, areas and floors;
@@ -274,6 +286,32 @@ def _word_arcs(fst: Any, said: dict[str, tuple[str, ...]]) -> dict[int, tuple[tu
     return {state: tuple(dict.fromkeys(out)) for state, out in arcs.items()}
 
 
+def _by_domains(hassil: Any, intents: Any) -> dict[frozenset[str], Any]:
+    """The templates split by the entity domains their blocks ask for (none: any)."""
+    blocks: dict[frozenset[str], dict[str, list[Any]]] = {}
+    for name, intent in intents.intents.items():
+        for data in intent.data:
+            blocks.setdefault(frozenset(data.domains or ()), {}).setdefault(name, []).append(data)
+    return {domains: dataclasses.replace(intents, intents={name: hassil.intents.Intent(name=name, data=data)
+                                                           for name, data in by_intent.items()})
+            for domains, by_intent in blocks.items()}
+
+
+def _joined(graphs: list[WordGraph]) -> WordGraph:
+    """One graph of several: a start of its own that goes to each one's start saying nothing."""
+    arcs: dict[int, tuple[tuple[str | None, int], ...]] = {}
+    starts, finals, offset = [], set[int](), 1
+    for graph in graphs:
+        states = {graph.start, *graph.arcs, *(to for out in graph.arcs.values() for _, to in out), *graph.finals}
+        arcs.update({state + offset: tuple((label, to + offset) for label, to in out)
+                     for state, out in graph.arcs.items()})
+        starts.append(graph.start + offset)
+        finals.update(state + offset for state in graph.finals)
+        offset += max(states) + 1
+    arcs[0] = tuple((None, start) for start in starts)
+    return WordGraph(0, arcs, frozenset(finals))
+
+
 def _ways_to_say(hassil: Any, text_in: Any) -> Iterator[str]:
     """Every way a list value of the templates is said: a word, or alternatives ("(up|increase)"
     of `volume_step`, the fan modes, the cover classes)."""
@@ -286,9 +324,11 @@ def _ways_to_say(hassil: Any, text_in: Any) -> Iterator[str]:
         yield " ".join(text.split())
 
 
-def _said_in(slot_list: Any) -> list[str]:
-    """Every way a text slot list's values are said."""
-    return list(dict.fromkeys(" ".join(str(v.text_in.text).split()) for v in getattr(slot_list, "values", [])))
+def _said_in(slot_list: Any, domains: frozenset[str] = frozenset()) -> list[str]:
+    """Every way a text slot list's values are said (with `domains`: only those of a value whose
+    context has none of them or one of those)."""
+    return list(dict.fromkeys(" ".join(str(v.text_in.text).split()) for v in getattr(slot_list, "values", [])
+                              if not domains or (v.context or {}).get("domain", next(iter(domains))) in domains))
 
 
 def _list_references(hassil: Any, expression: Any, rules: dict, seen: frozenset[str] = frozenset()) -> Iterator[Any]:
