@@ -3,9 +3,9 @@ a path of the home's WordGraph (stages.WordGraph: Home Assistant's templates wit
 names), so that what comes out is the home's sentence the audio is likeliest to be.
 
 A word or a name is spelled the ways the decoder writes it (with its leading space; as written,
-lower-cased, capitalized); a number is any run of digit tokens, with a decimal point maybe; a
-comma may come between words, and a full stop, a question mark or an exclamation mark where a
-sentence may end. The search reads the decoder as `decoding.score_texts` does (no timestamps,
+lower-cased, capitalized); a number is a digit token with its space, then digit tokens without
+one, a decimal point maybe among them; a comma may come between words, and a full stop, a
+question mark or an exclamation mark where a sentence may end. The search reads the decoder as `decoding.score_texts` does (no timestamps,
 no logit rule), so its score compares with a free text's.
 """
 
@@ -104,7 +104,11 @@ class GrammarSearch:
         self.graph, self.encode, self.decode, self.eot, self.max_places = graph, encode, decode, eot, max_places
         self.marks, self.ends = _one_token(encode, MARKS), _one_token(encode, ENDS)
         self.point = _one_token(encode, (".",))  # a decimal point
-        self.digits = frozenset(t for t in range(eot) if decode([t]).strip().isdigit())
+        digits = [t for t in range(eot) if decode([t]).strip().isdigit()]
+        # a number begins with a space ("to 8") and goes on without one (" 5", "000"): "to8"
+        # and "to 8" were two ways of writing one sentence, and took two of its finished places
+        self.spaced = frozenset(t for t in digits if decode([t]).startswith(" "))
+        self.glued = frozenset(digits) - self.spaced
         self._closures: dict[frozenset[int], frozenset[int]] = {}
         self._spellings: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {}
         self._allowed: dict[_Where, frozenset[int]] = {}
@@ -239,11 +243,13 @@ class GrammarSearch:
         return mean
 
     def _words(self, tokens: list[int]) -> str:
-        """What the tokens say, lower-cased, without marks (a key of sameness, not a text)."""
+        """What the tokens say, lower-cased, without marks but a decimal point, a number's ".0"
+        left out as hassil reads it (a key of sameness, not a text)."""
         for t in tokens:
             if t not in self._said:
                 self._said[t] = self.decode([t]).casefold()
-        return "".join(self._said[t] for t in tokens if t not in self.marks).strip()
+        said = re.sub(r"(\d)\.0+(?!\d)", r"\1", "".join(self._said[t] for t in tokens))
+        return re.sub(r"[,?!]|\.(?!\d)", "", said).strip()
 
     # -- the graph, token by token ------------------------------------------------------------
     def _room(self, cache: dict) -> None:
@@ -301,7 +307,7 @@ class GrammarSearch:
         if where not in self._allowed:
             allowed: set[int] = {u.tokens[u.at] for u in where.units}
             if where.number:
-                allowed |= self.digits
+                allowed |= self.glued
                 if not where.decimal:
                     allowed |= self.point
             if where.states and where.ended:
@@ -314,7 +320,7 @@ class GrammarSearch:
                 out = self._out(where.states)
                 allowed.update(out.spelled)
                 if out.numbers:
-                    allowed |= self.digits
+                    allowed |= self.spaced
             self._room(self._allowed)
             self._allowed[where] = frozenset(allowed)
         return self._allowed[where]
@@ -337,7 +343,8 @@ class GrammarSearch:
             return _Where(where.states, marked=True)  # a mark between words: the same place, nothing under way
         units = [_Unit(u.tokens, u.at + 1, u.to, u.mark) for u in where.units if u.tokens[u.at] == token]
         out = self._out(where.states)
-        number = where.number | frozenset(out.numbers) if token in self.digits else frozenset()
+        number = (where.number if token in self.glued else frozenset(out.numbers) if token in self.spaced
+                  else frozenset())
         units += [_Unit(seq, 1, to, mark) for seq, to, mark in out.spelled.get(token, ())]
         going = tuple(u for u in units if u.at < len(u.tokens))
         done = frozenset(u.to for u in units if u.at == len(u.tokens) and not u.mark) | number
@@ -347,4 +354,4 @@ class GrammarSearch:
             ended = any(u.mark in ENDS for u in marked)
             return _Where(states & self.graph.finals if ended else states, going, marked=True, ended=ended)
         return _Where(self._close(done) if done else frozenset(), going,
-                      number, decimal=where.decimal and token in self.digits)
+                      number, decimal=where.decimal and token in self.glued)
