@@ -143,6 +143,17 @@ def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
         assert "are lutron shades open attic" in found and len(found) == len(set(found)), found
 
 
+def test_the_search_drops_only_hypotheses_that_cannot_or_hopelessly_reach_the_bar():
+    from edgeasr.asr.grammar import HOPELESS, HOPELESS_AFTER, _goes_on
+
+    bar, most = -1.0, 20
+    assert _goes_on(-2.0 * (HOPELESS_AFTER + 1), HOPELESS_AFTER + 1, most, bar)  # behind, may yet reach it
+    assert not _goes_on(bar * (most + 2), 3, most, bar)  # even spread over the most tokens: behind
+    worst = (bar - HOPELESS - 0.1) * HOPELESS_AFTER
+    assert _goes_on(worst, HOPELESS_AFTER, most, bar)  # a first word heard wrong: not judged yet
+    assert not _goes_on(worst / HOPELESS_AFTER * (HOPELESS_AFTER + 1), HOPELESS_AFTER + 1, most, bar)
+
+
 def test_the_search_writes_the_home_sentences_as_the_decoder_does(tiny):
     """Sentences sampled from the templates of both homes, written as the decoder writes them
     (capitalized, a full stop at the end), are the search's sentences token by token, the end of
