@@ -42,16 +42,14 @@ from edgeasr.asr.decoding import (
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import BATCH_STEP_ROLE, Bundle
 from edgeasr.config import DecoderConfig
-from edgeasr.errors import Cancelled, ConfigError
-
-MAX_BEAM = 5  # decoder.beam_size's limit: the step's cost grows with it (README, Performance)
+from edgeasr.errors import Cancelled
 
 
 class BatchDecoderSession:
     def __init__(self, bundle: Bundle, decoder: DecoderSession, size: int,
                  precision: str = DecoderConfig.precision, threads: int = DecoderConfig.threads) -> None:
-        if not 1 < size <= MAX_BEAM:
-            raise ConfigError(f"decoder.beam_size: {size} is not allowed (2..{MAX_BEAM} for a beam)")
+        """`size` rows at most: a beam of decoder.beam_size (its range is the config's), or
+        the rows of the search held to a home's sentences (grammar.ROWS)."""
         self.bundle, self.decoder, self.size = bundle, decoder, size
         self.session = ort_session(bundle.graph(BATCH_STEP_ROLE, precision), threads, spin_after_run_us=STEP_SPIN_US)
         layers, d = bundle.decoder_layers, bundle.d_model
