@@ -4,9 +4,9 @@ When the text as decoded is one of the home's sentences (Home Assistant's matche
 the command. Otherwise the home's sentences the audio is likeliest to be (a decoding held to
 them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
 the same way (decoding.score_texts), and the likeliest within COMMAND_MARGIN of the text's own
-score is taken, unless it only leaves out words of the text ("what time is it in Denver" is
-not "what time is it"): a command heard slightly wrong is put right, other speech is left as
-it was decoded.
+score is taken, unless it could not have been heard as the text (grammar.misheard_as: "what
+time is it in Denver" is not "what time is it"; a sentence of 10 words is no command of 4):
+a command heard slightly wrong is put right, other speech is left as it was decoded.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime, score_texts
-from edgeasr.asr.grammar import GrammarSearch, only_drops_words
+from edgeasr.asr.grammar import GrammarSearch, misheard_as
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import COMMAND_MARGIN, VOCABULARY_CACHE, names_prompt
 from edgeasr.stages import Intent, Sentences, Vocabulary, WordGraph
@@ -66,7 +66,7 @@ class CommandHearing:
         for sentence, score in found:
             if score < floor:
                 break
-            if not only_drops_words(text, sentence) and (intent := sentences.recognize(sentence)) is not None:
+            if misheard_as(sentence, text) and (intent := sentences.recognize(sentence)) is not None:
                 return Heard(sentence, intent, score)
         return None
 
