@@ -5,8 +5,9 @@ names), so that what comes out is the home's sentence the audio is likeliest to 
 A word or a name is spelled the ways the decoder writes it (with its leading space; as written,
 lower-cased, capitalized); a number is a digit token with its space, then digit tokens without
 one, a decimal point maybe among them; a comma may come between words, and a full stop, a
-question mark or an exclamation mark where a sentence may end. The search reads the decoder as `decoding.score_texts` does (no timestamps,
-no logit rule), so its score compares with a free text's.
+question mark or an exclamation mark where a sentence may end. The search reads the decoder as
+`decoding.score_texts` does (no timestamps, no logit rule), so its score compares with a free
+text's.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ BEAM = 5
 FIRST_WORDS = 2
 ROWS = BEAM + FIRST_WORDS  # hypotheses that go on at each step
 # a hypothesis whose mean log-probability per token is this much below the floor, after this
-# many tokens (a command's first word is often heard wrong), does not go on: half the search's
-# steps went on speech that was no command, or on sentences that could never reach the floor.
+# many tokens (a command's first word is often heard wrong), does not go on: 103 of 218 searches
+# on both command sets took no sentence, after ~9 steps each.
 # Measured on both command sets, two engines taking turns: the command reading's mean 45.4 ->
 # 44.6 and 46.3 -> 40.8 ms in two runs, no sentence lost of 300 (nor at 2.0; against the floor
 # alone, 1.5 lost one, 1.0 two)
@@ -70,7 +71,8 @@ def misheard_as(sentence: str, heard: str) -> bool:
     most of them: a sentence of fewer than half the words heard, or more than twice and one, is
     other speech (base heard a French sentence as 9 words of nonsense, and "Lampe de la cuisine"
     came within the margin; tiny.en heard a LibriSpeech sentence as "D'Awalsu D'Awalsu.", and
-    "What is the value of the Lumi Strip?" did). Else a sentence is never taken, whatever its score.
+    "What is the value of the Lumi Strip?" did). Else a sentence is never taken, whatever its
+    score.
     Measured: of 145 texts the search changed on both English command sets, all but one had 0.5
     to 1.33 times the words heard; that one, turned away, was wrong."""
     said, kept = (re.findall(r"[\w']+", text.casefold()) for text in (heard, sentence))
@@ -149,9 +151,9 @@ class GrammarSearch:
         tokens and mean log-probability per token (end-of-text included); none, or up to `beam`.
         It does not go on with a sentence that can no longer reach the mean of the best one
         finished, nor `floor`, or is hopelessly below them (`_goes_on`), and stops when `beam`
-        are finished: speech that is no command ends the search early. The session was `prime`d with the window and the prompt. Besides the
-        `beam` likeliest, the likeliest hypothesis of each of `first_words` other first words
-        goes on.
+        are finished: speech that is no command ends the search early. The session was `prime`d
+        with the window and the prompt. Besides the `beam` likeliest, the likeliest hypothesis of
+        each of `first_words` other first words goes on.
         With `batch` (a bundle imported with the batched step), every hypothesis takes its step
         in one run."""
         session.length, logits = primed.length, primed.logits  # the window's prompt, as `prime` left it

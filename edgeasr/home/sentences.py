@@ -104,20 +104,20 @@ class HomeSentences:
         free text (a message, a shopping-list item) and the FST's word-skipping arcs left out:
         free decoding hears those."""
         if self._graph is None:
-            self._graph = _joined([self._block_graph(domains, intents)
+            said = self._slot_values()
+            self._graph = _joined([self._block_graph(domains, intents, said)
                                    for domains, intents in _by_domains(self._hassil, self._intents).items()])
         return self._graph
 
-    def _block_graph(self, domains: frozenset[str], intents: Any) -> WordGraph:
-        """The graph of the templates that ask for an entity of `domains` (none: any), an entity
-        slot holding only the names Home Assistant would match there: "the fan mode of the
-        blinds" is no sentence of a home whose blinds are a cover, and held the decoding to
-        such sentences, half a command's search went on sentences it could never take."""
+    def _block_graph(self, domains: frozenset[str], intents: Any, said: dict[str, tuple[str, ...]]) -> WordGraph:
+        """The graph of the templates that ask for an entity of `domains` (none: any), their
+        entity slot holding only the names Home Assistant would match there: "the fan mode of
+        the blinds" is no sentence of a home whose blinds are a cover, and such sentences took
+        the places of the search held to the graph."""
         from hassil.fst import intents_to_fst
 
-        said = self._slot_values()
         if domains:
-            said[BEST_SLOT] = tuple(_said_in(self._slot_lists[BEST_SLOT], domains))
+            said = {**said, BEST_SLOT: tuple(_said_in(self._slot_lists[BEST_SLOT], domains))}
         fst = intents_to_fst(intents, self._slot_lists)
         return WordGraph(fst.start, _word_arcs(fst, said), frozenset(fst.final_states))
 
@@ -325,10 +325,14 @@ def _ways_to_say(hassil: Any, text_in: Any) -> Iterator[str]:
 
 
 def _said_in(slot_list: Any, domains: frozenset[str] = frozenset()) -> list[str]:
-    """Every way a text slot list's values are said (with `domains`: only those of a value whose
-    context has none of them or one of those)."""
+    """Every way a text slot list's values are said; with `domains`, of the values whose
+    context names one of them or no domain."""
+    def fits(value: Any) -> bool:
+        domain = (value.context or {}).get("domain")
+        return not domains or domain is None or domain in domains
+
     return list(dict.fromkeys(" ".join(str(v.text_in.text).split()) for v in getattr(slot_list, "values", [])
-                              if not domains or (v.context or {}).get("domain", next(iter(domains))) in domains))
+                              if fits(v)))
 
 
 def _list_references(hassil: Any, expression: Any, rules: dict, seen: frozenset[str] = frozenset()) -> Iterator[Any]:
