@@ -166,14 +166,8 @@ class GrammarSearch:
         finished: dict[str, tuple[list[int], float]] = {}  # by what they say: tokens, mean
         best = -np.inf  # the best mean of the finished sentences
         for _ in range(max_tokens):
-            scored: list[tuple[float, _Hypothesis, int]] = []
-            for h in hypotheses:
-                allowed = np.fromiter(self._allowed_after(h.where), np.int64)
-                if not len(allowed):
-                    continue
-                lp = h.logits[allowed] - rules.logsumexp(h.logits)
-                for k in np.argsort(lp)[::-1][:beam + first_words]:
-                    scored.append((h.total + float(lp[k]), h, int(allowed[k])))
+            scored = [(total, h, token) for h in hypotheses
+                      for total, token in self._extensions(h.where, h.logits, h.total, beam + first_words)]
             scored.sort(key=lambda x: -x[0])
             hypotheses = []
             for total, h, token in self._choose(scored, lambda h: h.tokens, finished, beam, first_words):
@@ -202,14 +196,8 @@ class GrammarSearch:
         finished: dict[str, tuple[list[int], float]] = {}
         best = -np.inf
         for _ in range(max_tokens):
-            scored: list[tuple[float, int, int]] = []  # total, index in alive, token
-            for i, (_, total, where, row) in enumerate(alive):
-                allowed = np.fromiter(self._allowed_after(where), np.int64)
-                if not len(allowed):
-                    continue
-                lp = rows[row, allowed] - rules.logsumexp(rows[row])
-                for k in np.argsort(lp)[::-1][:beam + first_words]:
-                    scored.append((total + float(lp[k]), i, int(allowed[k])))
+            scored = [(total_after, i, token) for i, (_, total, where, row) in enumerate(alive)  # index in alive
+                      for total_after, token in self._extensions(where, rows[row], total, beam + first_words)]
             scored.sort(key=lambda x: -x[0])
             going: list[tuple[list[int], float, _Where, int]] = []
             for total, i, token in self._choose(scored, [a[0] for a in alive].__getitem__, finished, beam,
@@ -225,6 +213,15 @@ class GrammarSearch:
             rows = batch.step([g[0][-1] for g in going])  # only the rows of the hypotheses that go on
             alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
         return sorted(finished.values(), key=lambda f: -f[1])
+
+    def _extensions(self, where: _Where, logits: np.ndarray, total: float, k: int) -> list[tuple[float, int]]:
+        """The k likeliest tokens the graph allows after `where`, each with the hypothesis'
+        total once it is said."""
+        allowed = np.fromiter(self._allowed_after(where), np.int64)
+        if not len(allowed):
+            return []
+        lp = logits[allowed] - rules.logsumexp(logits)
+        return [(total + float(lp[j]), int(allowed[j])) for j in np.argsort(lp)[::-1][:k]]
 
     def spells(self, tokens: list[int]) -> bool:
         """Is this one of the graph's sentences as the search may write it, the end of text next?"""
