@@ -28,8 +28,9 @@ VERIFIED = ".verified.json"
 # longer count on them; 8: decoder_align (the alignment heads' cross-attention, for word
 # timestamps) in the default bundle, int8 but its MLPs (fp32 with the fp32 extra); the beam
 # extra: decoder_step_batch, the step for several hypotheses at once, and (0.7.3, optional
-# within the format) decoder_score, the step with every position's logits
-FORMAT = "edgeasr-bundle/8"
+# within the format) decoder_score, the step with every position's logits; 9: decoder_step_batch
+# reads the prompt's keys and values once for every hypothesis (prefix_k, prefix_v)
+FORMAT = "edgeasr-bundle/9"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one

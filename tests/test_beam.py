@@ -93,7 +93,7 @@ def test_the_beam_follows_the_prompt_and_samples_above_temperature_0(tiny_bundle
     options = preset_options("balanced")
     prompt = Tokenizer(bundle).encode(" The printing press.")
     result = beam(session, features, options, 9.0, prompt=prompt)
-    assert result.tokens and beam.batch.length == len(prompt) + 1 + result.timings_ms["steps"]
+    assert result.tokens and beam.batch.prompt + beam.batch.length == len(prompt) + 1 + result.timings_ms["steps"]
     warm = replace(options, temperature=0.8)
     sampled = beam(session, features, warm, 9.0, rng=np.random.default_rng(3))
     assert sampled.tokens == decode_window(session, features, warm, 9.0, rng=np.random.default_rng(3)).tokens

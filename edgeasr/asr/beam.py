@@ -1,11 +1,11 @@
 """Beam search over a window: a few hypotheses decoded together, one batched run per step.
 
 `BatchDecoderSession` runs the bundle's `decoder_step_batch` graph for `size` hypotheses
-at once: their self-attention caches are rows of one preallocated buffer
+at once: the self-attention caches of their own tokens are rows of one preallocated buffer
 [layers, 2, size, n_text_ctx, d]; the cross K/V and the score bias are the
 `DecoderSession`'s own buffers, bound by address (the window is the same for every
 hypothesis). The prompt runs once through the DecoderSession; its cache rows are then
-copied to every hypothesis.
+laid out once as the heads' keys and values that every hypothesis reads.
 
 `BeamDecoder` is the search, as faster-whisper (CTranslate2) does it with patience 1: per
 step every hypothesis' logits go through the same logit rules as greedy decoding (per row),
@@ -53,13 +53,15 @@ class BatchDecoderSession:
         self.bundle, self.decoder, self.size = bundle, decoder, size
         self.session = ort_session(bundle.graph(BATCH_STEP_ROLE, precision), threads, spin_after_run_us=STEP_SPIN_US)
         layers, d = bundle.decoder_layers, bundle.d_model
-        self.cache = np.zeros((layers, 2, size, bundle.n_text_ctx, d), np.float32)
+        self.cache = np.zeros((layers, 2, size, bundle.n_text_ctx, d), np.float32)  # each row's own tokens
         self.rows = np.zeros((size, 1, d), np.float32)  # each hypothesis' new token's row
         self.new = np.zeros((layers, 2, size, 1, d), np.float32)
         self.logits = np.zeros((size, bundle.n_vocab), np.float32)
+        self.lse = np.zeros(size, np.float32)  # each row's log-sum-exp of its logits
         self.offset = np.zeros(1, np.int64)
-        self.length = 0
-        self._cross: dict[str, np.ndarray] = {}  # the window's cross K/V, bound by `begin`
+        self.prompt = 0  # the prompt's positions, shared by every row
+        self.length = 0  # each row's own tokens after the prompt
+        self._shared: dict[str, np.ndarray] = {}  # the window's cross K/V and the prompt's K/V, bound by `begin`
         self._bindings: dict[int, Any] = {}  # onnxruntime IOBindings by the number of rows a step runs
 
     def _binding(self, n: int):
@@ -71,42 +73,50 @@ class BatchDecoderSession:
             binding.bind_input("token_embeddings", "cpu", 0, np.float32, [n, 1, d], self.rows.ctypes.data)
             binding.bind_input("offset", "cpu", 0, np.int64, [1], self.offset.ctypes.data)
             binding.bind_output("logits", "cpu", 0, np.float32, [n, self.bundle.n_vocab], self.logits.ctypes.data)
+            binding.bind_output("logsumexp", "cpu", 0, np.float32, [n], self.lse.ctypes.data)
             for i in range(layers):
                 for j, kind in enumerate("kv"):
                     binding.bind_input(f"self_{kind}{i}", "cpu", 0, np.float32, [n, *self.cache.shape[3:]],
                                        self.cache[i, j].ctypes.data)
                     binding.bind_output(f"new_{kind}{i}", "cpu", 0, np.float32, [n, 1, d], self.new[i, j].ctypes.data)
-            for name, array in self._cross.items():
-                binding.bind_input(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+            self._bind_shared(binding)
             self._bindings[n] = binding
         return self._bindings[n]
 
+    def _bind_shared(self, binding: Any) -> None:
+        for name, array in self._shared.items():
+            binding.bind_input(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+
     def begin(self) -> None:
-        """After the prompt ran through the DecoderSession: its cache rows for every hypothesis,
-        and the window's cross K/V (which `start` may have reallocated) bound again."""
-        p = self.decoder.length
-        self.cache[:, :, :, :p] = self.decoder.cache[:, :, None, :p]
-        self.length = p
-        self._cross = dict(self.decoder.cross_inputs())
+        """After the prompt ran through the DecoderSession: its cache rows, per layer as the
+        heads' keys [H, dh, P] and values [H, P, dh] that every hypothesis reads, and the
+        window's cross K/V (which `start` may have reallocated), bound again."""
+        p, heads = self.decoder.length, self.bundle.decoder_heads
+        self.prompt, self.length = p, 0
+        self._shared = dict(self.decoder.cross_inputs())
+        for i, layer in enumerate(self.decoder.cache[:, :, :p]):
+            k, v = (rows.reshape(p, heads, -1) for rows in layer)  # [P, H, dh]
+            self._shared[f"prefix_k{i}"] = np.ascontiguousarray(k.transpose(1, 2, 0))
+            self._shared[f"prefix_v{i}"] = np.ascontiguousarray(v.transpose(1, 0, 2))
         for binding in self._bindings.values():
-            for name, array in self._cross.items():
-                binding.bind_input(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+            self._bind_shared(binding)
 
     def reorder(self, parents: list[int]) -> None:
         """Hypothesis r continues hypothesis parents[r]: copy the cache rows that change, in
         place (the sources first, as one may be overwritten by another's copy)."""
         moved = [r for r, parent in enumerate(parents) if parent != r]
-        if moved:
-            p = self.length
-            sources = self.cache[:, :, [parents[r] for r in moved], :p]  # a copy (fancy index)
-            self.cache[:, :, moved, :p] = sources
+        if moved and self.length:
+            t = self.length
+            sources = self.cache[:, :, [parents[r] for r in moved], :t]  # a copy (fancy index)
+            self.cache[:, :, moved, :t] = sources
 
     def step(self, tokens: list[int]) -> np.ndarray:
         """One token per hypothesis after the cached ones, for the first len(tokens) of them
         (fewer rows, less work); the logits [size, n_vocab], of which those rows are valid (the
-        session's buffer: valid until the next step, and the caller may change it)."""
+        session's buffer: valid until the next step, and the caller may change it); `lse`
+        holds their log-sum-exps."""
         n = len(tokens)
-        if self.length + 1 > self.cache.shape[3]:
+        if self.prompt + self.length + 1 > self.cache.shape[3]:
             raise ValueError("decoder context is full")
         if not 0 < n <= self.size:
             raise ValueError(f"a step of {n} hypotheses in a batch of {self.size}")

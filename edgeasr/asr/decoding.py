@@ -335,11 +335,18 @@ def feed_prompt(session: DecoderSession, options: DecodingOptions,
     language = "en"
     if bundle.multilingual:
         language = options.language or _detect_language(logits, bundle)
-        if language not in tok.languages:
-            raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
-        task = tok.translate if options.task == "translate" else tok.transcribe
-        logits = session.step([tok.languages[language], task])
+        logits = session.step([_language_token(bundle, language), _task_token(bundle, options)])
     return logits, no_speech_prob, language
+
+
+def _language_token(bundle: Bundle, language: str) -> int:
+    if language not in bundle.tokens.languages:
+        raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
+    return bundle.tokens.languages[language]
+
+
+def _task_token(bundle: Bundle, options: DecodingOptions) -> int:
+    return bundle.tokens.translate if options.task == "translate" else bundle.tokens.transcribe
 
 
 def token_cap(session: DecoderSession, options: DecodingOptions, window_s: float) -> int:
@@ -399,10 +406,17 @@ class Primed:
 
 def prime(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
           silence: float | None = None, prompt: Sequence[int] = ()) -> Primed:
-    """Start the session on a window and run the prompt: done once for every text read after it."""
+    """Start the session on a window and run the prompt: done once for every text read after it.
+    With the language known, in one run (no no-speech probability is read before the text)."""
     session.start(audio_features, options.encoder_padding, silence)
-    feed_prompt(session, options, prompt)
-    logits = session.step([session.bundle.tokens.no_timestamps]).copy()
+    bundle, tok = session.bundle, session.bundle.tokens
+    start = [tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot]
+    if bundle.multilingual and options.language is not None:
+        start += [_language_token(bundle, options.language), _task_token(bundle, options)]
+    elif bundle.multilingual:  # the language is read from the logits after the start of transcript
+        feed_prompt(session, options, prompt)
+        start = []
+    logits = session.step([*start, tok.no_timestamps]).copy()
     logits.flags.writeable = False
     return Primed(logits, session.length)
 

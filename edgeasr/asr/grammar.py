@@ -139,7 +139,7 @@ class GrammarSearch:
         self.glued = frozenset(digits) - self.spaced
         self._closures: dict[frozenset[int], frozenset[int]] = {}
         self._spellings: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {}
-        self._allowed: dict[_Where, frozenset[int]] = {}
+        self._allowed: dict[_Where, np.ndarray] = {}
         self._next: dict[tuple[_Where, int], _Where] = {}
         self._labelled: dict[frozenset[int], _Out] = {}
         self._said: dict[int, str] = {}
@@ -167,7 +167,8 @@ class GrammarSearch:
         best = -np.inf  # the best mean of the finished sentences
         for _ in range(max_tokens):
             scored = [(total, h, token) for h in hypotheses
-                      for total, token in self._extensions(h.where, h.logits, h.total, beam + first_words)]
+                      for total, token in self._extensions(h.where, h.logits, rules.logsumexp(h.logits), h.total,
+                                                           beam + first_words)]
             scored.sort(key=lambda x: -x[0])
             hypotheses = []
             for total, h, token in self._choose(scored, lambda h: h.tokens, finished, beam, first_words):
@@ -192,12 +193,13 @@ class GrammarSearch:
         batch.begin()
         alive: list[tuple[list[int], float, _Where, int]] = [
             ([], 0.0, _Where(self._close(frozenset([self.graph.start]))), 0)]  # tokens, total, where, row
-        rows = np.tile(first, (batch.size, 1))
+        rows, norms = first[None], np.array([rules.logsumexp(first)])
         finished: dict[str, tuple[list[int], float]] = {}
         best = -np.inf
         for _ in range(max_tokens):
             scored = [(total_after, i, token) for i, (_, total, where, row) in enumerate(alive)  # index in alive
-                      for total_after, token in self._extensions(where, rows[row], total, beam + first_words)]
+                      for total_after, token in self._extensions(where, rows[row], norms[row], total,
+                                                                 beam + first_words)]
             scored.sort(key=lambda x: -x[0])
             going: list[tuple[list[int], float, _Where, int]] = []
             for total, i, token in self._choose(scored, [a[0] for a in alive].__getitem__, finished, beam,
@@ -210,18 +212,20 @@ class GrammarSearch:
             if not going or len(finished) >= beam:
                 break
             batch.reorder([g[3] for g in going])
-            rows = batch.step([g[0][-1] for g in going])  # only the rows of the hypotheses that go on
+            rows, norms = batch.step([g[0][-1] for g in going]), batch.lse  # only the rows of the hypotheses that go on
             alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
         return sorted(finished.values(), key=lambda f: -f[1])
 
-    def _extensions(self, where: _Where, logits: np.ndarray, total: float, k: int) -> list[tuple[float, int]]:
+    def _extensions(self, where: _Where, logits: np.ndarray, norm: float, total: float,
+                    k: int) -> list[tuple[float, int]]:
         """The k likeliest tokens the graph allows after `where`, each with the hypothesis'
-        total once it is said."""
-        allowed = np.fromiter(self._allowed_after(where), np.int64)
+        total once it is said (`norm`: the logits' log-sum-exp)."""
+        allowed = self._allowed_after(where)
         if not len(allowed):
             return []
-        lp = logits[allowed] - rules.logsumexp(logits)
-        return [(total + float(lp[j]), int(allowed[j])) for j in np.argsort(lp)[::-1][:k]]
+        lp = logits[allowed]
+        top = np.argpartition(lp, -k)[-k:] if len(lp) > k else np.arange(len(lp))
+        return [(total + float(lp[j] - norm), int(allowed[j])) for j in top[np.argsort(lp[top])[::-1]]]
 
     def spells(self, tokens: list[int]) -> bool:
         """Is this one of the graph's sentences as the search may write it, the end of text next?"""
@@ -326,7 +330,8 @@ class GrammarSearch:
             self._labelled[states] = _Out({t: tuple(out) for t, out in spelled.items()}, tuple(numbers))
         return self._labelled[states]
 
-    def _allowed_after(self, where: _Where) -> frozenset[int]:
+    def _allowed_after(self, where: _Where) -> np.ndarray:
+        """The tokens the graph allows after `where`, in order."""
         if where not in self._allowed:
             allowed: set[int] = {u.tokens[u.at] for u in where.units}
             if where.number:
@@ -345,7 +350,7 @@ class GrammarSearch:
                 if out.numbers:
                     allowed |= self.spaced
             self._room(self._allowed)
-            self._allowed[where] = frozenset(allowed)
+            self._allowed[where] = np.array(sorted(allowed), np.int64)
         return self._allowed[where]
 
     def _after(self, where: _Where, token: int) -> _Where:

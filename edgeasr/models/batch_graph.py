@@ -1,15 +1,19 @@
 """The cached decoder step with a batch axis: the beam's hypotheses in one onnxruntime run.
 
-`decoder_step_batch` is `graphs.decoder_step` for B sequences at once that share one window:
-token_embeddings [B, n, d]; per layer the self-attention caches self_k{i}, self_v{i}
-[B, n_text_ctx, d] (the host's whole buffers, of which the first `offset` rows are read);
-the cross K/V and the score bias of `decoder_cross` once for all B (broadcast over the
-batch: the window is the same for every hypothesis). Outputs: logits [B, n_vocab] of each
-sequence's last position and new_k{i}, new_v{i} [B, n, d]. Every hypothesis of a beam has
-the same length, so one `offset` serves all.
+`decoder_step_batch` is `graphs.decoder_step` for B sequences at once that share one window
+and one prompt. Inputs: token_embeddings [B, n, d]; offset [1], the number of each sequence's
+own cached tokens after the prompt (every hypothesis has the same length); per layer the
+prompt's self-attention keys prefix_k{i} [H, dh, P] and values prefix_v{i} [H, P, dh], once
+for all B; the sequences' own caches self_k{i}, self_v{i} [B, n_text_ctx, d] (the host's
+whole buffers, of which the first `offset` rows are read); the cross K/V and the score bias
+of `decoder_cross`, once for all B. Outputs: logits [B, n_vocab] of each sequence's last
+position, their logsumexp [B], and new_k{i}, new_v{i} [B, n, d].
 
 One run for B rows instead of B runs: the weights (the vocabulary projection above all) are
-read once per step for every hypothesis.
+read once per step for every hypothesis. The prompt is read in place like the window: with
+it in every row's cache, the step copied and transposed B copies of it per layer (measured:
+Transpose, Concat and Slice were half of a 5-row step's kernel time, after a 61-token names
+prompt), and the host copied them per step when hypotheses changed places.
 """
 
 from __future__ import annotations
@@ -29,22 +33,28 @@ from edgeasr.models.graphs import (
 from edgeasr.models.onnx_builder import GraphBuilder, attend, layer_norm, linear, mlp, scaled_query
 
 BATCH_AXIS = "batch"  # dynamic: hypotheses of a beam
+PREFIX_AXIS = "prefix"  # dynamic: the prompt's positions, shared by the hypotheses
 
 
 def batch_io_names(layers: int) -> tuple[list[str], list[str]]:
-    """The batched step's inputs and outputs: the same names as decoder_step's."""
-    return step_io_names(layers)
+    """The batched step's inputs and outputs: decoder_step's, the prompt's keys and values, and
+    each row's log-sum-exp of its logits (the log-softmax's normalizer)."""
+    inputs, outputs = step_io_names(layers)
+    return inputs + [f"prefix_{kind}{i}" for i in range(layers) for kind in ("k", "v")], [*outputs, "logsumexp"]
 
 
 def _shapes(d) -> dict[str, list]:
     head_dim = d.d_model // d.decoder_heads
     shapes = {"token_embeddings": [BATCH_AXIS, NEW_TOKENS_AXIS, d.d_model], "offset": [1],
-              "cross_bias": [POSITIONS_AXIS], "logits": [BATCH_AXIS, d.n_vocab]}
+              "cross_bias": [POSITIONS_AXIS], "logits": [BATCH_AXIS, d.n_vocab],
+              "logsumexp": [BATCH_AXIS]}
     for i in range(d.decoder_layers):
         shapes.update({
             f"self_k{i}": [BATCH_AXIS, d.n_text_ctx, d.d_model], f"self_v{i}": [BATCH_AXIS, d.n_text_ctx, d.d_model],
             f"cross_k{i}": [d.decoder_heads, head_dim, POSITIONS_AXIS],
             f"cross_v{i}": [d.decoder_heads, POSITIONS_AXIS, head_dim],
+            f"prefix_k{i}": [d.decoder_heads, head_dim, PREFIX_AXIS],
+            f"prefix_v{i}": [d.decoder_heads, PREFIX_AXIS, head_dim],
             f"new_k{i}": [BATCH_AXIS, NEW_TOKENS_AXIS, d.d_model], f"new_v{i}": [BATCH_AXIS, NEW_TOKENS_AXIS, d.d_model],
         })
     return shapes
@@ -57,22 +67,26 @@ def decoder_step_batch(ckpt: Checkpoint) -> onnx.ModelProto:
     inputs, outputs = batch_io_names(d.decoder_layers)
     declare_step_io(b, inputs, outputs, _shapes(d))
     x, offset = "token_embeddings", "offset"
-    rows, mask = _positions_and_mask(b, x, offset, axis=1)  # positions [n], causal mask [n, P + n]
+    # each row's own positions t..t+n-1 [n] and its causal mask [n, t + n]: the prompt is seen whole
+    rows, mask = _positions_and_mask(b, x, offset, axis=1)
+    prompt = b.op("Shape", "prefix_k0", start=2, end=3)  # [1]: P
     table = b.weight("decoder.embed_positions.weight", s["model.decoder.embed_positions.weight"])
-    x = b.op("Add", x, b.op("Gather", table, rows, axis=0))  # [B, n, d] + [n, d]
+    x = b.op("Add", x, b.op("Gather", table, b.op("Add", rows, prompt), axis=0))  # [B, n, d] + [n, d]
     for i in range(d.decoder_layers):
         with b.scope(f"layers.{i}"):
-            x = _layer(b, x, ckpt, i, offset, mask)
+            x = _layer(b, x, ckpt, i, offset, mask, prompt)
     last = b.op("Slice", x, b.ints("slice.last", [-1]), b.ints("slice.end", [INT64_MAX]),
                 b.ints("axis.1", [1]))  # [B, 1, d]: each sequence's last position
     h = layer_norm(b, last, s, "model.decoder.layer_norm")
     logits = b.op("MatMul", h, b.weight("proj_out.weight", s["proj_out.weight"].T))  # [B, 1, V]
-    b.op("Reshape", logits, b.ints("shape.logits", [0, d.n_vocab]), out="logits")
+    logits = b.op("Reshape", logits, b.ints("shape.logits", [0, d.n_vocab]), out="logits")
+    b.op("ReduceLogSumExp", logits, axes=[-1], keepdims=0, out="logsumexp")  # [B]: the host's 45 us a row
     return b.model("whisper_decoder_step_batch")
 
 
-def _layer(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, offset: str, mask: str) -> str:
-    """decoder_step's layer with the batch axis in front: x [B, n, d]."""
+def _layer(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, offset: str, mask: str, prompt: str) -> str:
+    """decoder_step's layer with the batch axis in front, x [B, n, d], and the prompt's
+    keys and values beside each row's own (`prompt`: their number P, [1])."""
     s, d = ckpt.state, ckpt.dims
     layer = f"model.decoder.layers.{i}"
     heads, head_dim = d.decoder_heads, d.d_model // d.decoder_heads
@@ -90,11 +104,19 @@ def _layer(b: GraphBuilder, x: str, ckpt: Checkpoint, i: int, offset: str, mask:
         h = layer_norm(b, x, s, f"{layer}.self_attn_layer_norm")
         new_k = linear(b, h, s, f"{attn}.k_proj", bias=False, out=f"new_k{i}")
         new_v = linear(b, h, s, f"{attn}.v_proj", out=f"new_v{i}")
-        cached = [b.ints("slice.start", [0]), offset, b.ints("axis.1", [1])]  # rows 0..P-1 of each
+        cached = [b.ints("slice.start", [0]), offset, b.ints("axis.1", [1])]  # own rows 0..t-1 of each
         k = b.op("Concat", b.op("Slice", f"self_k{i}", *cached), new_k, axis=1)
         v = b.op("Concat", b.op("Slice", f"self_v{i}", *cached), new_v, axis=1)
         q = to_heads(scaled_query(b, h, s, attn, head_dim), [0, 2, 1, 3])  # [B, H, n, dh]
-        out = attend(b, q, to_heads(k, [0, 2, 3, 1]), to_heads(v, [0, 2, 1, 3]), mask)
+        # one softmax over [prompt | own]: the prompt's scores broadcast over the rows, as the window's
+        scores = b.op("Concat", b.op("MatMul", q, f"prefix_k{i}"),
+                      b.op("Add", b.op("MatMul", q, to_heads(k, [0, 2, 3, 1])), mask), axis=-1)
+        weights = b.op("Softmax", scores, axis=-1)  # [B, H, n, P + t + n]
+        to = b.ints("slice.end", [INT64_MAX])
+        last = b.ints("axis.-1", [-1])
+        out = b.op("Add", b.op("MatMul", b.op("Slice", weights, b.ints("slice.start", [0]), prompt, last),
+                               f"prefix_v{i}"),
+                   b.op("MatMul", b.op("Slice", weights, prompt, to, last), to_heads(v, [0, 2, 1, 3])))
         x = b.op("Add", x, linear(b, merged(out), s, f"{attn}.out_proj"))
     attn = f"{layer}.encoder_attn"
     with b.scope("encoder_attn"):
