@@ -63,6 +63,7 @@ class BatchDecoderSession:
         self.length = 0  # each row's own tokens after the prompt
         self._shared: dict[str, np.ndarray] = {}  # the window's cross K/V and the prompt's K/V, bound by `begin`
         self._bindings: dict[int, Any] = {}  # onnxruntime IOBindings by the number of rows a step runs
+        self._bound: set[int] = set()  # those that have the window's and the prompt's buffers bound
 
     def _binding(self, n: int):
         """The step's bindings for its first n rows (each buffer holds them first and whole):
@@ -79,8 +80,10 @@ class BatchDecoderSession:
                     binding.bind_input(f"self_{kind}{i}", "cpu", 0, np.float32, [n, *self.cache.shape[3:]],
                                        self.cache[i, j].ctypes.data)
                     binding.bind_output(f"new_{kind}{i}", "cpu", 0, np.float32, [n, 1, d], self.new[i, j].ctypes.data)
-            self._bind_shared(binding)
             self._bindings[n] = binding
+        if n not in self._bound:  # bound when first used after `begin`: a search uses few sizes
+            self._bind_shared(self._bindings[n])
+            self._bound.add(n)
         return self._bindings[n]
 
     def _bind_shared(self, binding: Any) -> None:
@@ -98,8 +101,7 @@ class BatchDecoderSession:
             k, v = (rows.reshape(p, heads, -1) for rows in layer)  # [P, H, dh]
             self._shared[f"prefix_k{i}"] = np.ascontiguousarray(k.transpose(1, 2, 0))
             self._shared[f"prefix_v{i}"] = np.ascontiguousarray(v.transpose(1, 0, 2))
-        for binding in self._bindings.values():
-            self._bind_shared(binding)
+        self._bound.clear()
 
     def reorder(self, parents: list[int]) -> None:
         """Hypothesis r continues hypothesis parents[r]: copy the cache rows that change, in

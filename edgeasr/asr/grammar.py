@@ -35,13 +35,13 @@ BEAM = 5
 # +4 sentences, +6 intents of 300)
 FIRST_WORDS = 2
 ROWS = BEAM + FIRST_WORDS  # hypotheses that go on at each step
-# a hypothesis whose mean log-probability per token is this much below the floor, after this
-# many tokens (a command's first word is often heard wrong), does not go on: 103 of 218 searches
-# on both command sets took no sentence, after ~9 steps each.
-# Measured on both command sets, two engines taking turns: the command reading's mean 45.4 ->
-# 44.6 and 46.3 -> 40.8 ms in two runs, no sentence lost of 300 (nor at 2.0; against the floor
-# alone, 1.5 lost one, 1.0 two)
-HOPELESS, HOPELESS_AFTER = 3.0, 2
+# a hypothesis whose mean log-probability per token is this much below the floor (or the best
+# sentence finished), after this many tokens (a command's first word is often heard wrong), does
+# not go on: 103 of 218 searches on both command sets took no sentence, after ~9 steps each.
+# Measured on both command sets (300), engines taking turns in one run: at 3.0 the command
+# reading's median 36.1 ms, at 2.5 33.6, at 2.0 27.6 ms, the same 181 sentences right at all
+# three (an earlier search: 2.0 lost one of 300 in one run, none in another; 1.5 lost one)
+HOPELESS, HOPELESS_AFTER = 2.0, 2
 MAX_TOKENS = 32  # a command longer than this is not one of the home's
 MARKS = (",", ".", "?", "!")  # a comma may come between words; any of them where a sentence may end
 ENDS = (".", "?", "!")  # only the end of text may follow these
