@@ -330,13 +330,19 @@ def feed_prompt(session: DecoderSession, options: DecodingOptions,
     then language and task for multilingual bundles) through the session just started: the
     first text token's logits, the no-speech probability and the language."""
     bundle, tok = session.bundle, session.bundle.tokens
-    logits = session.step([tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot])
+    logits = session.step(_start_of_transcript(bundle, prompt))
     no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
     language = "en"
     if bundle.multilingual:
         language = options.language or _detect_language(logits, bundle)
         logits = session.step([_language_token(bundle, language), _task_token(bundle, options)])
     return logits, no_speech_prob, language
+
+
+def _start_of_transcript(bundle: Bundle, prompt: Sequence[int]) -> list[int]:
+    """Earlier text after <|startofprev|>, if any, then the start of transcript."""
+    tok = bundle.tokens
+    return [tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot]
 
 
 def _language_token(bundle: Bundle, language: str) -> int:
@@ -409,14 +415,15 @@ def prime(session: DecoderSession, audio_features: np.ndarray, options: Decoding
     """Start the session on a window and run the prompt: done once for every text read after it.
     With the language known, in one run (no no-speech probability is read before the text)."""
     session.start(audio_features, options.encoder_padding, silence)
-    bundle, tok = session.bundle, session.bundle.tokens
-    start = [tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot]
-    if bundle.multilingual and options.language is not None:
-        start += [_language_token(bundle, options.language), _task_token(bundle, options)]
-    elif bundle.multilingual:  # the language is read from the logits after the start of transcript
+    bundle, language = session.bundle, options.language
+    if bundle.multilingual and language is None:  # read from the logits after the start
         feed_prompt(session, options, prompt)
         start = []
-    logits = session.step([*start, tok.no_timestamps]).copy()
+    else:
+        start = _start_of_transcript(bundle, prompt)
+        if bundle.multilingual and language is not None:
+            start += [_language_token(bundle, language), _task_token(bundle, options)]
+    logits = session.step([*start, bundle.tokens.no_timestamps]).copy()
     logits.flags.writeable = False
     return Primed(logits, session.length)
 

@@ -191,29 +191,30 @@ class GrammarSearch:
                         max_tokens: int, floor: float = -np.inf) -> list[tuple[list[int], float]]:
         """`search` with the hypotheses as the rows of one batched step."""
         batch.begin()
-        alive: list[tuple[list[int], float, _Where, int]] = [
-            ([], 0.0, _Where(self._close(frozenset([self.graph.start]))), 0)]  # tokens, total, where, row
+        # tokens, total, where: hypothesis i is row i of `rows`
+        alive: list[tuple[list[int], float, _Where]] = [([], 0.0, _Where(self._close(frozenset([self.graph.start]))))]
         rows, norms = first[None], np.array([rules.logsumexp(first)])
         finished: dict[str, tuple[list[int], float]] = {}
         best = -np.inf
         for _ in range(max_tokens):
-            scored = [(total_after, i, token) for i, (_, total, where, row) in enumerate(alive)  # index in alive
-                      for total_after, token in self._extensions(where, rows[row], norms[row], total,
-                                                                 beam + first_words)]
+            scored = [(total_after, i, token) for i, (_, total, where) in enumerate(alive)
+                      for total_after, token in self._extensions(where, rows[i], norms[i], total, beam + first_words)]
             scored.sort(key=lambda x: -x[0])
-            going: list[tuple[list[int], float, _Where, int]] = []
+            going: list[tuple[list[int], float, _Where]] = []
+            parents: list[int] = []  # the row each one goes on from
             for total, i, token in self._choose(scored, [a[0] for a in alive].__getitem__, finished, beam,
                                                 first_words):
-                tokens, _, where, row = alive[i]
+                tokens, _, where = alive[i]
                 if token == self.eot:
                     best = max(best, self._finish(finished, tokens, total))
                 elif _goes_on(total, len(tokens) + 1, max_tokens, max(floor, best)):
-                    going.append(([*tokens, token], total, self._after(where, token), row))
+                    going.append(([*tokens, token], total, self._after(where, token)))
+                    parents.append(i)
             if not going or len(finished) >= beam:
                 break
-            batch.reorder([g[3] for g in going])
+            batch.reorder(parents)
             rows, norms = batch.step([g[0][-1] for g in going]), batch.lse  # only the rows of the hypotheses that go on
-            alive = [(tokens, total, where, r) for r, (tokens, total, where, _) in enumerate(going)]
+            alive = going
         return sorted(finished.values(), key=lambda f: -f[1])
 
     def _extensions(self, where: _Where, logits: np.ndarray, norm: float, total: float,
