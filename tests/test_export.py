@@ -130,6 +130,16 @@ def test_an_unknown_extra_is_refused(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+def test_a_bundle_of_an_earlier_format_is_refused_with_how_to_import_it_again(tiny_bundle, tmp_path):
+    """Format 9 changed the batched step's inputs: an older bundle's graphs cannot be bound."""
+    old = tmp_path / "old"
+    old.mkdir()
+    manifest = json.loads((tiny_bundle / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps({**manifest, "format": "edgeasr-bundle/8"}))
+    with pytest.raises(ModelError, match=r"format 'edgeasr-bundle/8' is not .*edgeasr models import"):
+        load_bundle(old)
+
+
 # ---------------------------------------------------------------- encoder
 
 
