@@ -31,6 +31,7 @@ from edgeasr.models.command_set import (
     language_of,
     mix,
     plan,
+    plan_everyday,
     read_noise,
 )
 from edgeasr.stages import Intent
@@ -67,6 +68,22 @@ def test_the_plan_is_the_seeds(sentences):
     assert {line.group for line in lines} == set(GROUPS)
     named = [line for line in lines if line.intent and any(slot == "name" for slot, _ in line.intent.slots)]
     assert len(named) >= 10  # the home's names are what the set is for
+
+
+def test_the_everyday_plan_says_each_frame_in_turn_as_a_command_of_the_home(sentences):
+    """--everyday: commands as people most often say them, each different, by piper, clean; a
+    frame whose domain the home lacks is passed, and the same seed gives the same lines."""
+    names = load_home(HOME).names
+    lines = plan_everyday(sentences, names, 40, seed=3)
+    assert lines == plan_everyday(sentences, names, 40, seed=3)
+    assert len({line.text for line in lines}) == 40
+    for line in lines:
+        assert line.intent is not None and sentences.recognize(line.text) == line.intent
+        assert (line.group, line.voice.kind, line.snr_db) == ("everyday", "piper", None)
+    said = {line.text for line in lines}
+    assert "what time is it" in said and any(text.startswith("turn on the lights in the ") for text in said)
+    with pytest.raises(UsageError, match="everyday commands"):
+        plan_everyday(sentences, [], 40, seed=3)  # no names: too few of the frames are commands
 
 
 @pytest.mark.parametrize("intent", [None, Intent("HassTurnOn", (("name", "Hue Go"),)), Intent("HassNevermind")])

@@ -24,7 +24,9 @@ import logging
 import random
 import re
 import shutil
+import string
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgeasr.errors import AudioError, MissingInputError, ToolMissingError, UsageError
-from edgeasr.stages import Intent
+from edgeasr.stages import HomeName, Intent
 
 if TYPE_CHECKING:
     from edgeasr.home.sentences import HomeSentences
@@ -112,6 +114,26 @@ FRENCH_NOT_COMMANDS = (
     "le train pour Lyon part à sept heures", "qui a gagné la coupe du monde en deux mille dix-huit",
     "c'était une belle journée froide d'avril",
 )
+
+# commands as people most often say them (Home Assistant's documented example sentences), for a
+# set of TTS commands of the kind people record (--everyday: the issue's "TTS commands" beside
+# its recorded ones; the templates' sampled sentences are rarer phrasings). {light}: one of the
+# home's entities of that domain; {area}: one of its areas. A line whose sentence Home Assistant's
+# matcher does not find with the home (a domain it lacks) is not said.
+EVERYDAY = (
+    "turn on the {light}", "turn off the {light}", "turn on the lights in the {area}", "turn off the {area} lights",
+    "set the {light} brightness to {percent} percent", "switch on the {switch}", "turn off the {switch}",
+    "open the {cover}", "close the {cover}", "is the {cover} open", "lock the {lock}", "unlock the {lock}",
+    "is the {lock} locked", "set the {climate} to {degrees} degrees", "what is the temperature in the {area}",
+    "set the temperature to {degrees} degrees", "turn on the {fan}", "set the {fan} speed to {percent} percent",
+    "pause the {media_player}", "resume the {media_player}", "set the {media_player} volume to {percent} percent",
+    "next track on the {media_player}", "start the {vacuum}", "return the {vacuum} to the base",
+    "activate {scene}", "run {script}", "add milk to my {todo} list", "set a timer for {minutes} minutes",
+    "cancel the timer", "how much time is left on the timer", "what time is it", "what's the date today",
+    "turn on the lights", "turn off all the lights",
+)
+EVERYDAY_NUMBERS = {"percent": (10, 20, 25, 30, 40, 50, 60, 75, 80, 100), "degrees": (18, 19, 20, 21, 22, 23, 24),
+                    "minutes": (1, 2, 3, 5, 10, 15, 20, 30)}
 
 
 @dataclass(frozen=True)
@@ -236,6 +258,31 @@ def plan(sentences: HomeSentences, count: int, seed: int) -> list[Line]:
     return lines
 
 
+def plan_everyday(sentences: HomeSentences, names: Iterable[HomeName], count: int, seed: int) -> list[Line]:
+    """`count` different lines of EVERYDAY, each frame in turn with names drawn at random, spoken
+    by piper clean: what the issue calls TTS commands, the kind of sentences people record."""
+    rng = random.Random(seed)
+    said: dict[str, list[str]] = {k: [str(v) for v in values] for k, values in EVERYDAY_NUMBERS.items()}
+    for n in names:
+        if n.kind == "area" or (n.kind == "entity" and n.domain):
+            said.setdefault("area" if n.kind == "area" else str(n.domain), []).append(n.name)
+    frames = [frame for frame in EVERYDAY if all(field in said for field in _fields(frame))]
+    lines: list[Line] = []
+    for frame in itertools.islice(itertools.cycle(frames), 4 * count):
+        if len(lines) == count:
+            break
+        text = frame.format(**{field: rng.choice(said[field]) for field in _fields(frame)})
+        if text not in {line.text for line in lines} and (intent := sentences.recognize(text)) is not None:
+            lines.append(Line(f"everyday_{len(lines):04d}", "everyday", text, intent, _voice(rng, "piper"), None))
+    if len(lines) < count:
+        raise UsageError(f"only {len(lines)} everyday commands are commands of this home, {count} wanted")
+    return lines
+
+
+def _fields(frame: str) -> list[str]:
+    return [field for _, field, _, _ in string.Formatter().parse(frame) if field]
+
+
 def _templated(sentences: HomeSentences, rng: random.Random, n: int, lang: Language) -> list[tuple[str, Intent]]:
     """n sentences of the templates, NAME_SHARE of them naming an entity, in random order."""
     drawn = [(t, i) for t, i in sentences.sample(rng, SAMPLED_PER_SENTENCE * n) if _written(t, lang, i)]
@@ -348,15 +395,17 @@ def mix(speech: np.ndarray, noise: np.ndarray, snr_db: float | None, rng: random
     return out * (PEAK / peak) if peak > PEAK else out
 
 
-def write_set(home: Path, out: Path, count: int, seed: int, noise_dir: Path = NOISE_DIR) -> list[dict]:
-    """Plan, speak and write the set; the manifest's rows."""
+def write_set(home: Path, out: Path, count: int, seed: int, noise_dir: Path = NOISE_DIR,
+              everyday: bool = False) -> list[dict]:
+    """Plan, speak and write the set (`everyday`: of EVERYDAY's commands only); the manifest's rows."""
     import soundfile
 
     from edgeasr.home.names import load_home
     from edgeasr.home.sentences import HomeSentences
 
     vocabulary = load_home(home, key="--home")
-    lines = plan(HomeSentences(vocabulary, vocabulary.language or "en"), count, seed)
+    sentences = HomeSentences(vocabulary, vocabulary.language or "en")
+    lines = plan_everyday(sentences, vocabulary.names, count, seed) if everyday else plan(sentences, count, seed)
     noise, rng = read_noise(noise_dir), random.Random(seed)
     speakers = Speakers(piper=any(line.voice.kind == "piper" for line in lines))
     (out / "audio").mkdir(parents=True, exist_ok=True)

@@ -87,6 +87,8 @@ def register(subparsers) -> None:
     cs.add_argument("--seed", type=int, default=0, metavar="S", help="the same seed gives the same set")
     cs.add_argument("--noise-dir", type=Path, default=None, metavar="DIR",
                     help="the dev set's longform/ (its noisy stream minus the clean one is the noise)")
+    cs.add_argument("--everyday", action="store_true",
+                    help="only commands as people most often say them, by piper, clean (English)")
     cs.set_defaults(func=_command_set)
 
 
@@ -178,6 +180,6 @@ def _weights(args: argparse.Namespace) -> int:
 def _command_set(args: argparse.Namespace) -> int:
     from edgeasr.models.command_set import NOISE_DIR, write_set
 
-    rows = write_set(args.home, args.out, args.count, args.seed, args.noise_dir or NOISE_DIR)
+    rows = write_set(args.home, args.out, args.count, args.seed, args.noise_dir or NOISE_DIR, args.everyday)
     print(f"{len(rows)} utterances in {args.out / 'manifest.tsv'}")
     return 0
