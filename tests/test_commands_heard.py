@@ -28,7 +28,7 @@ from edgeasr.asr.vocabulary import MEANS
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
 from edgeasr.models.command_set import Speakers, Voice
-from edgeasr.stages import SAMPLE_RATE, Vocabulary
+from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / "tests" / "data" / "home.yaml"
@@ -127,6 +127,26 @@ def test_a_home_sentence_the_text_could_not_be_a_mishearing_of_is_never_taken(ti
     assert misheard_as("Unpause.", "and pause.")  # half: a word heard as two
     heard = tiny.transcribe(said(speakers, "what time is it in Denver"), vocabulary=load_home(HOME))
     assert normalize(heard.text) == "what time is it in denver" and heard.intent is None, heard.text
+
+
+def test_a_name_heard_as_a_near_name_is_put_right_with_a_wider_margin(tiny, speakers):
+    """A name the decoder never saw is improbable even said plainly: "start the Roborock" decodes
+    as "Start the row burah.", and the home's sentence is ~1.1 nats a token less likely than
+    that, beyond COMMAND_MARGIN. It differs only in the name, whose letters the text nearly
+    spells, so NAME_MARGIN applies (Home Assistant matches near-miss names on text alike)."""
+    from edgeasr.asr.grammar import names_misheard
+
+    names = ["Roborock", "Bose Soundbar", "Schlage Latch", "Living Room"]
+    assert names_misheard("Start the Roborock.", "Start the row burah.", names)
+    assert names_misheard("Next track on the Bose Soundbar.", "Next track on the Bull Sound Bar.", names)
+    assert not names_misheard("Pause the Bose Soundbar.", "Hoss the Bosem Bar.", names)  # "pause" too
+    assert not names_misheard("Start the Roborock.", "Start the Roborock!", names)  # no name differs
+    assert not names_misheard("Start the Roborock.", "Start the car.", names)  # other letters
+    assert not names_misheard("What time is it?", "What time is it in Denver?", names)  # no name
+    audio = said(speakers, "start the Roborock", Voice("piper", "en_US-joe-medium", 1.0, 0.0))
+    heard = tiny.transcribe(audio, vocabulary=load_home(HOME))
+    assert heard.text == "Start the Roborock." and heard.intent == Intent("HassVacuumStart", (("name", "Roborock"),))
+    assert normalize(tiny.transcribe(audio).text) != "start the roborock"  # what the rule puts right
 
 
 def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):

@@ -4,9 +4,10 @@ When the text as decoded is one of the home's sentences (Home Assistant's matche
 the command. Otherwise the home's sentences the audio is likeliest to be (a decoding held to
 them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
 the same way (decoding.score_texts), and the likeliest within COMMAND_MARGIN of the text's own
-score is taken, unless it could not have been heard as the text (grammar.misheard_as: "what
-time is it in Denver" is not "what time is it"; a sentence of 10 words is no command of 4):
-a command heard slightly wrong is put right, other speech is left as it was decoded.
+score is taken (within NAME_MARGIN when it differs only in names the text nearly spells:
+grammar.names_misheard), unless it could not have been heard as the text (grammar.misheard_as:
+"what time is it in Denver" is not "what time is it"; a sentence of 10 words is no command of
+4): a command heard slightly wrong is put right, other speech is left as it was decoded.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime, score_texts
-from edgeasr.asr.grammar import GrammarSearch, misheard_as
+from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_misheard
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.vocabulary import COMMAND_MARGIN, VOCABULARY_CACHE, names_prompt
+from edgeasr.asr.vocabulary import COMMAND_MARGIN, NAME_MARGIN, VOCABULARY_CACHE, names_prompt
 from edgeasr.stages import Intent, Sentences, Vocabulary, WordGraph
 
 log = logging.getLogger(__name__)
@@ -55,18 +56,21 @@ class CommandHearing:
         if intent is not None:
             return Heard(text, intent)
         heard = self.tokenizer.encode(" " + text)
-        names = self.names(vocabulary) if prompt else []
-        primed = prime(self.decoder, encoded, options, silence, names)  # one start for both readings
-        floor = score_texts(self.decoder, primed, [heard])[0] - COMMAND_MARGIN
+        primed = prime(self.decoder, encoded, options, silence,
+                       self.names(vocabulary) if prompt else [])  # one start for both readings
+        own = score_texts(self.decoder, primed, [heard])[0]
+        lowest = own - max(COMMAND_MARGIN, NAME_MARGIN)
         # a command is about as long as what was heard: the search goes little further
         held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
-                                                         batch=batch, floor=floor)
+                                                         batch=batch, floor=lowest)
         found = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
-        log.debug("the home's sentences %s against %.3f", found, floor + COMMAND_MARGIN)
+        log.debug("the home's sentences %s against %.3f", found, own)
+        names = [said for name in vocabulary.names for said in name.spoken]
         for sentence, score in found:
-            if score < floor:
+            if score < lowest:
                 break
-            if misheard_as(sentence, text) and (intent := sentences.recognize(sentence)) is not None:
+            near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
+            if near and misheard_as(sentence, text) and (intent := sentences.recognize(sentence)) is not None:
                 return Heard(sentence, intent, score)
         return None
 

@@ -18,6 +18,9 @@ KEYTERM_BOOST = 1.0  # logits added to a token that begins a name or term (more 
 # a home's sentence is taken for the decoded text when the decoder finds it at most this much
 # less likely (mean log-probability per token)
 COMMAND_MARGIN = 0.8
+# and this much less likely when it differs from the text only in names the text spells nearly
+# alike (grammar.names_misheard): a name the decoder never saw is improbable even when said
+NAME_MARGIN = 1.5
 # the means by which decoding hears a vocabulary: the names as the prompt of the home's
 # sentences, a boost of their tokens (a trie, shallow fusion), and the home's sentences as a
 # grammar (Transcriber.hearing)
