@@ -59,15 +59,17 @@ class CommandHearing:
         primed = prime(self.decoder, encoded, options, silence,
                        self.names(vocabulary) if prompt else [])  # one start for both readings
         own = score_texts(self.decoder, primed, [heard])[0]
-        lowest = own - max(COMMAND_MARGIN, NAME_MARGIN)
-        # a command is about as long as what was heard: the search goes little further
+        # a command is about as long as what was heard: the search goes little further. It looks
+        # for sentences within COMMAND_MARGIN (measured: searching down to NAME_MARGIN found more
+        # within it, and turned one more German question into a command); of those it finished
+        # below, a near name's is still taken
         held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
-                                                         batch=batch, floor=lowest)
+                                                         batch=batch, floor=own - COMMAND_MARGIN)
         found = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
         log.debug("the home's sentences %s against %.3f", found, own)
         names = [said for name in vocabulary.names for said in name.spoken]
         for sentence, score in found:
-            if score < lowest:
+            if score < own - max(COMMAND_MARGIN, NAME_MARGIN):
                 break
             near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
             if near and misheard_as(sentence, text) and (intent := sentences.recognize(sentence)) is not None:
