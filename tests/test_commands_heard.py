@@ -53,6 +53,29 @@ def said(speakers, text: str, voice: Voice = JOE) -> np.ndarray:
     return np.concatenate([pause, speakers.say(text, voice), pause])
 
 
+def test_the_names_prompt_holds_the_names_most_like_what_was_heard_within_its_budget(tiny_default_bundle):
+    """A home's names fill more than the prompt's budget (this one ~150 tokens): with the text as
+    first decoded, the names most like some part of it go first, so that the name said is in the
+    prompt; whole names only, the budget held in the bundle's own tokens."""
+    from edgeasr.asr.tokenizer import Tokenizer
+    from edgeasr.asr.vocabulary import PROMPT_TOKENS, names_prompt, prompt_items, prompt_text
+    from edgeasr.bundle import load_bundle
+
+    tokenizer = Tokenizer(load_bundle(tiny_default_bundle))
+    home = load_home(HELD_OUT)
+    items = prompt_items(home)
+    assert ", ".join(items) + "." == prompt_text(home) and len(set(items)) == len(items)
+    assert len(tokenizer.encode(" " + prompt_text(home))) > 2 * PROMPT_TOKENS
+    plain = tokenizer.decode(names_prompt(items, tokenizer.encode)).strip()
+    heard = tokenizer.decode(names_prompt(items, tokenizer.encode, heard="I'm off the Sledge latch.")).strip()
+    for prompt in (plain, heard):
+        assert len(tokenizer.encode(" " + prompt)) <= PROMPT_TOKENS and prompt.endswith(".")
+        assert set(prompt.rstrip(".").split(", ")) <= set(items)  # whole names only
+    assert plain.startswith(items[0]) and "Schlage Latch" not in plain
+    assert heard.startswith("Schlage Latch")
+    assert names_prompt([], tokenizer.encode, heard="anything") == []
+
+
 def test_the_boost_favours_a_name_under_way_and_its_first_token():
     boost = rules.KeytermBoost([[10, 11, 12], [20]], boost=1.0, first_special=100)
     logits = np.zeros(30, np.float32)
@@ -147,6 +170,17 @@ def test_a_name_heard_as_a_near_name_is_put_right_with_a_wider_margin(tiny, spea
     heard = tiny.transcribe(audio, vocabulary=load_home(HOME))
     assert heard.text == "Start the Roborock." and heard.intent == Intent("HassVacuumStart", (("name", "Roborock"),))
     assert normalize(tiny.transcribe(audio).text) != "start the roborock"  # what the rule puts right
+
+
+def test_speech_heard_as_nonsense_does_not_become_a_command(tiny, dev_dir):
+    """LibriSpeech's "THOU ALSO THOU ALSO" is heard "D'Awalsu D'Awalsu." (-2.2 nats a token), and
+    "What is the time?" came within the margin of that (-2.9): a sentence the decoder finds so
+    unlikely in itself is not taken (MIN_COMMAND_SCORE)."""
+    from edgeasr.audio.files import load_audio
+
+    audio = load_audio(dev_dir / "audio" / "ls_test-other_2414-128291-0008.wav", SAMPLE_RATE)
+    heard = tiny.transcribe(audio, vocabulary=load_home(HOME))
+    assert heard.intent is None and "time" not in heard.text.lower(), heard.text
 
 
 def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):

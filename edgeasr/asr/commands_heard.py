@@ -5,7 +5,7 @@ the command. Otherwise the home's sentences the audio is likeliest to be (a deco
 them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
 the same way (decoding.score_texts), and the likeliest within COMMAND_MARGIN of the text's own
 score is taken (within NAME_MARGIN when it differs only in names the text nearly spells:
-grammar.names_misheard), unless it could not have been heard as the text (grammar.misheard_as:
+grammar.names_misheard; never below MIN_COMMAND_SCORE), unless it could not have been heard as the text (grammar.misheard_as:
 "what time is it in Denver" is not "what time is it"; a sentence of 10 words is no command of
 4): a command heard slightly wrong is put right, other speech is left as it was decoded.
 """
@@ -22,7 +22,15 @@ from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime, score_texts
 from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_misheard
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.vocabulary import COMMAND_MARGIN, NAME_MARGIN, VOCABULARY_CACHE, names_prompt
+from edgeasr.asr.vocabulary import (
+    COMMAND_MARGIN,
+    MIN_COMMAND_SCORE,
+    NAME_MARGIN,
+    PROMPT_ITEMS_CACHE,
+    VOCABULARY_CACHE,
+    names_prompt,
+    prompt_items,
+)
 from edgeasr.stages import Intent, Sentences, Vocabulary, WordGraph
 
 log = logging.getLogger(__name__)
@@ -39,12 +47,13 @@ class Heard:
 
 class CommandHearing:
     """Reads windows as the home's commands on the transcriber's decoder; keeps, per vocabulary
-    (a few at a time), the names prompt and the search of its graph (spellings, closures)."""
+    (a few at a time), the items of its names prompt (and each item's tokens) and the search of
+    its graph (spellings, closures)."""
 
     def __init__(self, decoder: DecoderSession, tokenizer: Tokenizer, eot: int) -> None:
         self.decoder, self.tokenizer, self.eot = decoder, tokenizer, eot
-        self.names = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
-            lambda vocabulary: names_prompt(vocabulary, tokenizer.encode))
+        self.items = functools.lru_cache(maxsize=VOCABULARY_CACHE)(prompt_items)
+        self.encode = functools.lru_cache(maxsize=PROMPT_ITEMS_CACHE)(lambda text: tuple(tokenizer.encode(text)))
         self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
 
     def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
@@ -56,20 +65,22 @@ class CommandHearing:
         if intent is not None:
             return Heard(text, intent)
         heard = self.tokenizer.encode(" " + text)
-        primed = prime(self.decoder, encoded, options, silence,
-                       self.names(vocabulary) if prompt else [])  # one start for both readings
+        before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
+        primed = prime(self.decoder, encoded, options, silence, before)  # one start for both readings
         own = score_texts(self.decoder, primed, [heard])[0]
-        # a command is about as long as what was heard: the search goes little further. It looks
-        # for sentences within COMMAND_MARGIN (measured: searching down to NAME_MARGIN found more
-        # within it, and turned one more German question into a command); of those it finished
-        # below, a near name's is still taken
+        # the search looks for sentences within COMMAND_MARGIN (measured: searching down to
+        # NAME_MARGIN found more within it, and turned one more German question into a command);
+        # of those it finished below, a near name's is still taken
+        sought = max(own - COMMAND_MARGIN, MIN_COMMAND_SCORE)
+        lowest = max(own - max(COMMAND_MARGIN, NAME_MARGIN), MIN_COMMAND_SCORE)
+        # a command is about as long as what was heard: the search goes little further
         held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
-                                                         batch=batch, floor=own - COMMAND_MARGIN)
+                                                         batch=batch, floor=sought)
         found = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
         log.debug("the home's sentences %s against %.3f", found, own)
         names = [said for name in vocabulary.names for said in name.spoken]
         for sentence, score in found:
-            if score < own - max(COMMAND_MARGIN, NAME_MARGIN):
+            if score < lowest:
                 break
             near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
             if near and misheard_as(sentence, text) and (intent := sentences.recognize(sentence)) is not None:

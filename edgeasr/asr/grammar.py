@@ -88,7 +88,7 @@ def misheard_as(sentence: str, heard: str) -> bool:
 def names_misheard(sentence: str, heard: str, names: Iterable[str]) -> bool:
     """Does `sentence` differ from the text `heard` only where it says some of the home's
     `names`, the heard text there spelling about the same letters ("Start the row burah." for
-    "Start the Roborock.")? Home Assistant's own near-miss name matching does this on text; here
+    "Start the Roborock."), and say at least one word besides them? Home Assistant's own near-miss name matching does this on text; here
     the decoder's score must also agree (commands_heard.NAME_MARGIN)."""
     said, kept = _words(heard), _words(sentence)
     forms = sorted({w for n in names if (w := tuple(_words(n)))}, key=len, reverse=True)
@@ -102,7 +102,9 @@ def names_misheard(sentence: str, heard: str, names: Iterable[str]) -> bool:
             pattern.append(rf"(\S+(?: \S+){{0,{len(form)}}})")
             spans.append(form)
             i += len(form)
-    match = re.fullmatch(" ".join(pattern), " ".join(said)) if spans else None
+    # the words besides the names must be the text's own: a sentence of names alone ("Vornado,"
+    # for "pause" heard as "For now.") has nothing of the text to agree with
+    match = re.fullmatch(" ".join(pattern), " ".join(said)) if spans and len(pattern) > len(spans) else None
     if match is None:
         return False
     pairs = [(tuple(got.split()), form) for got, form in zip(match.groups(), spans)]

@@ -9,7 +9,7 @@ a token budget: a long prompt takes the decoder's attention from the audio.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from edgeasr.stages import Vocabulary
 
@@ -21,38 +21,59 @@ COMMAND_MARGIN = 0.8
 # and this much less likely when it differs from the text only in names the text spells nearly
 # alike (grammar.names_misheard): a name the decoder never saw is improbable even when said
 NAME_MARGIN = 1.5
+# nor is a sentence taken that the decoder finds less likely than this in itself (mean
+# log-probability per token): next to nonsense heard for speech that is no command, a command
+# can come within the margin ("THOU ALSO THOU ALSO", heard "D'Awalsu D'Awalsu." at -2.20, became
+# "What is the time?" at -2.92). Measured on both command sets, the everyday ones and the dev
+# pool: no sentence put right was below -2.23
+MIN_COMMAND_SCORE = -2.5
 # the means by which decoding hears a vocabulary: the names as the prompt of the home's
 # sentences, a boost of their tokens (a trie, shallow fusion), and the home's sentences as a
 # grammar (Transcriber.hearing)
 MEANS = ("prompt", "boost", "grammar")
 VOCABULARY_CACHE = 8  # vocabularies whose tokens and searches are kept (a home's changes seldom)
+PROMPT_ITEMS_CACHE = 4096  # names and terms whose tokens are kept (the prompt's items, encoded alone)
 KIND_ORDER = ("name", "entity", "area", "floor")  # plain names (the request's own) first
+
+
+def prompt_items(vocabulary: Vocabulary) -> tuple[str, ...]:
+    """The names then the terms, each once (plain names, the request's own, first)."""
+    names = sorted(vocabulary.names, key=lambda n: KIND_ORDER.index(n.kind) if n.kind in KIND_ORDER else len(KIND_ORDER))
+    spoken = [s for n in names for s in n.spoken] + list(vocabulary.terms)
+    return tuple(dict.fromkeys(s.strip() for s in spoken if s.strip()))
 
 
 def prompt_text(vocabulary: Vocabulary) -> str:
     """The names then the terms, each once, as a comma-separated list."""
-    names = sorted(vocabulary.names, key=lambda n: KIND_ORDER.index(n.kind) if n.kind in KIND_ORDER else len(KIND_ORDER))
-    spoken = [s for n in names for s in n.spoken] + list(vocabulary.terms)
-    unique = list(dict.fromkeys(s.strip() for s in spoken if s.strip()))
-    return ", ".join(unique) + ("." if unique else "")
+    items = prompt_items(vocabulary)
+    return ", ".join(items) + ("." if items else "")
 
 
-def names_prompt(vocabulary: Vocabulary, encode: Callable[[str], list[int]], budget: int = PROMPT_TOKENS) -> list[int]:
-    """The prompt's tokens, whole names only, at most `budget` of them."""
-    if not vocabulary:
-        return []
-    text = prompt_text(vocabulary)
-    tokens = encode(" " + text)
-    if len(tokens) <= budget:
-        return tokens
-    # cut after the last whole item that fits
-    items, kept = text.rstrip(".").split(", "), list[str]()
+def names_prompt(items: Sequence[str], encode: Callable[[str], Sequence[int]], budget: int = PROMPT_TOKENS,
+                 heard: str = "") -> list[int]:
+    """The prompt's tokens: whole items (prompt_items) as a comma-separated list, at most
+    `budget` tokens. A home's names fill more than the budget (both of our homes ~150 tokens, and
+    a real home's more): with `heard`, the text as first decoded, the items most like some part
+    of it go first, so that the name said is in the prompt ("Sledge latch": Schlage Latch);
+    without, they go in their order. `encode` may be cached: each item is encoded alone."""
+    if heard:
+        items = sorted(items, key=lambda item: -likeness(item, heard))  # stable: ties keep the order
+    kept, used = list[str](), 1  # the full stop
     for item in items:
-        trial = encode(" " + ", ".join([*kept, item]) + ".")
-        if len(trial) > budget:
-            break
-        kept.append(item)
-    return encode(" " + ", ".join(kept) + ".") if kept else []
+        cost = len(encode(" " + item)) + 1  # ", " after it: BPE never merges across the space
+        if used + cost <= budget:
+            kept.append(item)
+            used += cost
+    while kept and len(tokens := list(encode(" " + ", ".join(kept) + "."))) > budget:
+        kept.pop()  # a mark of the item's own merged with the comma
+    return tokens if kept else []
+
+
+def likeness(item: str, heard: str) -> float:
+    """How nearly `heard` spells `item` somewhere (rapidfuzz's partial ratio, 0-100)."""
+    from rapidfuzz import fuzz
+
+    return float(fuzz.partial_ratio(item.casefold(), heard.casefold()))
 
 
 def keyterms(vocabulary: Vocabulary, encode: Callable[[str], list[int]]) -> tuple[tuple[int, ...], ...]:

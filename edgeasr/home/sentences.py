@@ -50,8 +50,10 @@ def _vendor() -> tuple[Any, Any]:
     try:
         import hassil
         import home_assistant_intents
+        import rapidfuzz  # noqa: F401  (the names prompt before them is ranked with it: asr/vocabulary.py)
     except ImportError as exc:
-        raise ToolMissingError(f"Home Assistant's sentences need hassil and home-assistant-intents: {PIP_HINT}") from exc
+        raise ToolMissingError("Home Assistant's sentences need hassil, home-assistant-intents and rapidfuzz: "
+                               f"{PIP_HINT}") from exc
     return hassil, home_assistant_intents
 
 
