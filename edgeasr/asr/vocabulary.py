@@ -64,9 +64,14 @@ def names_prompt(items: Sequence[str], encode: Callable[[str], Sequence[int]], b
         if used + cost <= budget:
             kept.append(item)
             used += cost
-    while kept and len(tokens := list(encode(" " + ", ".join(kept) + "."))) > budget:
-        kept.pop()  # a mark of the item's own merged with the comma
-    return tokens if kept else []
+    def listed(items: list[str]) -> list[int]:
+        return list(encode(" " + ", ".join(items) + ".")) if items else []
+
+    tokens = listed(kept)
+    while len(tokens) > budget:  # a mark of an item's own merged with the comma after it
+        kept.pop()
+        tokens = listed(kept)
+    return tokens
 
 
 def likeness(item: str, heard: str) -> float:
