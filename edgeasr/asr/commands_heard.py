@@ -5,9 +5,10 @@ the command. Otherwise the home's sentences the audio is likeliest to be (a deco
 them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
 the same way (decoding.score_texts), and the likeliest within COMMAND_MARGIN of the text's own
 score is taken (within NAME_MARGIN when it differs only in names the text nearly spells:
-grammar.names_misheard; never below MIN_COMMAND_SCORE), unless it could not have been heard as the text (grammar.misheard_as:
-"what time is it in Denver" is not "what time is it"; a sentence of 10 words is no command of
-4): a command heard slightly wrong is put right, other speech is left as it was decoded.
+grammar.names_misheard; never below MIN_COMMAND_SCORE), unless it could not have been heard
+as the text (grammar.misheard_as: "what time is it in Denver" is not "what time is it"; a
+sentence of 10 words is no command of 4): a command heard slightly wrong is put right, other
+speech is left as it was decoded.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def misheard_as(sentence: str, heard: str) -> bool:
     score.
     Measured: of 145 texts the search changed on both English command sets, all but one had 0.5
     to 1.33 times the words heard; that one, turned away, was wrong."""
-    said, kept = _words(heard), _words(sentence)
+    said, kept = _text_words(heard), _text_words(sentence)
     if len(said) > 2 * len(kept) or len(kept) > 2 * len(said) + 1:  # "Timer." for "Cancel the timer."
         return False
     rest = iter(said)
@@ -88,10 +88,11 @@ def misheard_as(sentence: str, heard: str) -> bool:
 def names_misheard(sentence: str, heard: str, names: Iterable[str]) -> bool:
     """Does `sentence` differ from the text `heard` only where it says some of the home's
     `names`, the heard text there spelling about the same letters ("Start the row burah." for
-    "Start the Roborock."), and say at least one word besides them? Home Assistant's own near-miss name matching does this on text; here
-    the decoder's score must also agree (commands_heard.NAME_MARGIN)."""
-    said, kept = _words(heard), _words(sentence)
-    forms = sorted({w for n in names if (w := tuple(_words(n)))}, key=len, reverse=True)
+    "Start the Roborock."), and say at least one word besides them? Home Assistant's own
+    near-miss name matching does this on text; here the decoder's score must also agree
+    (commands_heard.NAME_MARGIN)."""
+    said, kept = _text_words(heard), _text_words(sentence)
+    forms = sorted({w for n in names if (w := tuple(_text_words(n)))}, key=len, reverse=True)
     pattern, spans, i = [], [], 0
     while i < len(kept):
         form = next((f for f in forms if tuple(kept[i : i + len(f)]) == f), None)
@@ -111,7 +112,7 @@ def names_misheard(sentence: str, heard: str, names: Iterable[str]) -> bool:
     return any(got != form for got, form in pairs) and all(got == form or _alike(got, form) for got, form in pairs)
 
 
-def _words(text: str) -> list[str]:
+def _text_words(text: str) -> list[str]:
     return re.findall(r"[\w']+", text.casefold())
 
 

@@ -64,6 +64,7 @@ def names_prompt(items: Sequence[str], encode: Callable[[str], Sequence[int]], b
         if used + cost <= budget:
             kept.append(item)
             used += cost
+
     def listed(items: list[str]) -> list[int]:
         return list(encode(" " + ", ".join(items) + ".")) if items else []
 

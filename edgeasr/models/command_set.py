@@ -268,11 +268,13 @@ def plan_everyday(sentences: HomeSentences, names: Iterable[HomeName], count: in
             said.setdefault("area" if n.kind == "area" else str(n.domain), []).append(n.name)
     frames = [frame for frame in EVERYDAY if all(field in said for field in _fields(frame))]
     lines: list[Line] = []
+    texts: set[str] = set()
     for frame in itertools.islice(itertools.cycle(frames), 4 * count):
         if len(lines) == count:
             break
         text = frame.format(**{field: rng.choice(said[field]) for field in _fields(frame)})
-        if text not in {line.text for line in lines} and (intent := sentences.recognize(text)) is not None:
+        if text not in texts and (intent := sentences.recognize(text)) is not None:
+            texts.add(text)
             lines.append(Line(f"everyday_{len(lines):04d}", "everyday", text, intent, _voice(rng, "piper"), None))
     if len(lines) < count:
         raise UsageError(f"only {len(lines)} everyday commands are commands of this home, {count} wanted")
