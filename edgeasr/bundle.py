@@ -29,8 +29,9 @@ VERIFIED = ".verified.json"
 # timestamps) in the default bundle, int8 but its MLPs (fp32 with the fp32 extra); the beam
 # extra: decoder_step_batch, the step for several hypotheses at once, and (0.7.3, optional
 # within the format) decoder_score, the step with every position's logits; 9: decoder_step_batch
-# reads the prompt's keys and values once for every hypothesis (prefix_k, prefix_v)
-FORMAT = "edgeasr-bundle/9"
+# reads the prompt's keys and values once for every hypothesis (prefix_k, prefix_v); 10:
+# decoder_score projects the positions from its input `first` on (a prompt and a text in one run)
+FORMAT = "edgeasr-bundle/10"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one

@@ -117,6 +117,18 @@ def test_a_text_is_read_in_one_run_of_the_scoring_step_as_token_by_token(tiny_bu
         tiny.decoder._score_graph = graph
     assert np.allclose(at_once, one_by_one, atol=0.1), (at_once, one_by_one)
     assert np.argsort(at_once).tolist() == np.argsort(one_by_one).tolist()
+    # the prompt and a text in one run: the text scored alike, the same place to read others from
+    for every in (True, False):
+        graph = tiny.decoder._score_graph
+        tiny.decoder._score_graph = graph if every else None
+        try:
+            with_text = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel), text=texts[0])
+            after = score_texts(tiny.decoder, with_text, texts)
+        finally:
+            tiny.decoder._score_graph = graph
+        assert with_text.length == primed.length and with_text.text_score is not None
+        assert abs(with_text.text_score - at_once[0]) < 0.1 and np.allclose(after, at_once, atol=0.1), (every, after)
+        assert np.argmax(with_text.logits) == np.argmax(primed.logits)  # int8: the scales of the rows run together
 
 
 def test_a_misheard_name_is_put_right_and_other_speech_left_alone(tiny, speakers):
@@ -170,6 +182,20 @@ def test_a_name_heard_as_a_near_name_is_put_right_with_a_wider_margin(tiny, spea
     heard = tiny.transcribe(audio, vocabulary=load_home(HOME))
     assert heard.text == "Start the Roborock." and heard.intent == Intent("HassVacuumStart", (("name", "Roborock"),))
     assert normalize(tiny.transcribe(audio).text) != "start the roborock"  # what the rule puts right
+
+
+def test_a_name_alone_is_taken_only_for_a_text_that_spells_it():
+    """A name said alone turns it on in Home Assistant; with the names as the prompt the decoder
+    finds one likely for any word heard unclearly ("pause" heard as "Ours.": "Bose Soundbar,"
+    came within the margin). With no word of the text to agree with, only its letters can."""
+    from edgeasr.asr.grammar import names_alone_unlike
+
+    names = ["Bose Soundbar", "Roborock", "Living Room"]
+    assert names_alone_unlike("Bose Soundbar,", "Ours.", names)
+    assert names_alone_unlike("Roborock, Living Room.", "For now.", names)  # names only, other letters
+    assert not names_alone_unlike("Bose Soundbar.", "Bo sound bar.", names)  # the letters agree
+    assert not names_alone_unlike("Pause.", "Ours.", names)  # no name
+    assert not names_alone_unlike("Turn on the Bose Soundbar.", "Ours.", names)  # words besides the name
 
 
 def test_speech_heard_as_nonsense_does_not_become_a_command(tiny, dev_dir):

@@ -3,12 +3,12 @@
 When the text as decoded is one of the home's sentences (Home Assistant's matcher), that is
 the command. Otherwise the home's sentences the audio is likeliest to be (a decoding held to
 them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
-the same way (decoding.score_texts), and the likeliest within COMMAND_MARGIN of the text's own
-score is taken (within NAME_MARGIN when it differs only in names the text nearly spells:
-grammar.names_misheard; never below MIN_COMMAND_SCORE), unless it could not have been heard
-as the text (grammar.misheard_as: "what time is it in Denver" is not "what time is it"; a
-sentence of 10 words is no command of 4): a command heard slightly wrong is put right, other
-speech is left as it was decoded.
+the same way (in the run of that prompt: decoding.prime with a text), and the likeliest within
+COMMAND_MARGIN of the text's own score is taken (within NAME_MARGIN when it differs only in
+names the text nearly spells: grammar.names_misheard; never below MIN_COMMAND_SCORE), unless
+it could not have been heard as the text (grammar.misheard_as: "what time is it in Denver" is
+not "what time is it"; a sentence of 10 words is no command of 4): a command heard slightly
+wrong is put right, other speech is left as it was decoded.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime, score_texts
-from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_misheard
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
+from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_alone_unlike, names_misheard
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
     COMMAND_MARGIN,
@@ -67,8 +67,10 @@ class CommandHearing:
             return Heard(text, intent)
         heard = self.tokenizer.encode(" " + text)
         before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
-        primed = prime(self.decoder, encoded, options, silence, before)  # one start for both readings
-        own = score_texts(self.decoder, primed, [heard])[0]
+        # one start for both readings; the text as decoded is scored in the same run
+        primed = prime(self.decoder, encoded, options, silence, before, text=heard)
+        assert primed.text_score is not None
+        own = primed.text_score
         # the search looks for sentences within COMMAND_MARGIN (measured: searching down to
         # NAME_MARGIN found more within it, and turned one more German question into a command);
         # of those it finished below, a near name's is still taken
@@ -84,7 +86,8 @@ class CommandHearing:
             if score < lowest:
                 break
             near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
-            if near and misheard_as(sentence, text) and (intent := sentences.recognize(sentence)) is not None:
+            if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
+                    and (intent := sentences.recognize(sentence)) is not None):
                 return Heard(sentence, intent, score)
         return None
 

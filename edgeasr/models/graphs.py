@@ -41,6 +41,7 @@ ALIGN_OUTPUT = "alignment_scores"
 NHWC_TO_NCHW = [0, 3, 1, 2]
 POSITIONS_AXIS = "positions"  # dynamic: encoder positions of a window (padding included)
 NEW_TOKENS_AXIS = "n"  # dynamic: tokens fed to one decoder step
+SCORED_AXIS = "scored"  # dynamic: the positions the scoring step projects (from `first` on)
 INT64_MAX = 2**63 - 1  # Slice's "to the end"
 
 
@@ -145,17 +146,19 @@ def decoder_cross(ckpt: Checkpoint) -> onnx.ModelProto:
 
 def declare_step_io(b: GraphBuilder, inputs: list[str], outputs: list[str],
                     shapes: dict[str, list]) -> None:
-    """A decoder step's inputs and outputs by name (`offset` the one int64)."""
+    """A decoder step's inputs and outputs by name (`offset`, and the scoring step's `first`, int64)."""
     for name in inputs:
-        b.input(name, shapes[name], dtype=np.int64 if name == "offset" else np.float32)
+        b.input(name, shapes[name], dtype=np.int64 if name in ("offset", "first") else np.float32)
     for name in outputs:
         b.output(name, shapes[name])
 
 
 def decoder_score(ckpt: Checkpoint) -> onnx.ModelProto:
-    """`decoder_step` through the vocabulary projection of every position: logits [n, n_vocab].
-    A text read by teacher forcing (asr/decoding.score_texts) is one run, whose projection reads
-    its weights once for all the text's tokens, not once a token."""
+    """`decoder_step` through the vocabulary projection of every position from input `first`
+    [1] on: logits [n - first, n_vocab]. A text read by teacher forcing (asr/decoding.score_texts)
+    is one run, whose projection reads its weights once for all the text's tokens, not once a
+    token; and a prompt and a text after it are one run (decoding.prime with a text) that
+    projects only the text's positions."""
     return decoder_step(ckpt, every_position=True)
 
 
@@ -180,7 +183,8 @@ def decoder_step(ckpt: Checkpoint, every_position: bool = False) -> onnx.ModelPr
     inputs, outputs = step_io_names(d.decoder_layers)
     shapes = _step_shapes(d)
     if every_position:
-        shapes["logits"] = [NEW_TOKENS_AXIS, d.n_vocab]
+        inputs.append("first")
+        shapes.update(first=[1], logits=[SCORED_AXIS, d.n_vocab])
     declare_step_io(b, inputs, outputs, shapes)
     x, offset, cross_bias = "token_embeddings", "offset", "cross_bias"
 
@@ -190,9 +194,9 @@ def decoder_step(ckpt: Checkpoint, every_position: bool = False) -> onnx.ModelPr
     for i in range(d.decoder_layers):
         with b.scope(f"layers.{i}"):
             x = _decoder_layer(b, x, ckpt, i, offset, mask, cross_bias)
-    if not every_position:
-        x = b.op("Slice", x, b.ints("slice.last", [-1]), b.ints("slice.end", [INT64_MAX]),
-                 b.ints("axis.0", [0]))  # [1, d]: only the last position's logits are needed
+    # [1, d]: only the last position's logits are needed; scoring, those from `first` on
+    x = b.op("Slice", x, "first" if every_position else b.ints("slice.last", [-1]), b.ints("slice.end", [INT64_MAX]),
+             b.ints("axis.0", [0]))
     h = layer_norm(b, x, s, "model.decoder.layer_norm")
     # the tied embedding as the projection's [d, V] MatMul weight, stored once
     b.op("MatMul", h, b.weight("proj_out.weight", s["proj_out.weight"].T), out="logits")
