@@ -95,10 +95,10 @@ def names_misheard(sentence: str, heard: str, names: Iterable[str]) -> bool:
     near-miss name matching does this on text; here the decoder's score must also agree
     (commands_heard.NAME_MARGIN)."""
     said, kept = _text_words(heard), _text_words(sentence)
-    forms = sorted({w for n in names if (w := tuple(_text_words(n)))}, key=len, reverse=True)
+    forms = _name_forms(names)
     pattern, spans, i = [], [], 0
     while i < len(kept):
-        form = next((f for f in forms if tuple(kept[i : i + len(f)]) == f), None)
+        form = _name_at(kept, i, forms)
         if form is None:
             pattern.append(re.escape(kept[i]))
             i += 1
@@ -121,10 +121,9 @@ def names_alone_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
     decoder finds a name likely for any word it heard unclearly ("Bose Soundbar," for "pause"
     heard as "Ours.", 0.78 nats a token below it): with no word of the text to agree with it,
     only the letters can."""
-    kept, i = _text_words(sentence), 0
-    forms = sorted({w for n in names if (w := tuple(_text_words(n)))}, key=len, reverse=True)
+    kept, i, forms = _text_words(sentence), 0, _name_forms(names)
     while i < len(kept):
-        form = next((f for f in forms if tuple(kept[i : i + len(f)]) == f), None)
+        form = _name_at(kept, i, forms)
         if form is None:
             return False
         i += len(form)
@@ -133,6 +132,16 @@ def names_alone_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
 
 def _text_words(text: str) -> list[str]:
     return re.findall(r"[\w']+", text.casefold())
+
+
+def _name_forms(names: Iterable[str]) -> list[tuple[str, ...]]:
+    """Each name's words, the longest first: a name is read before a shorter one it begins with."""
+    return sorted({w for n in names if (w := tuple(_text_words(n)))}, key=len, reverse=True)
+
+
+def _name_at(words: list[str], i: int, forms: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The name (of `forms`) said from words[i] on, if any."""
+    return next((f for f in forms if tuple(words[i : i + len(f)]) == f), None)
 
 
 def _alike(heard: tuple[str, ...], name: tuple[str, ...]) -> bool:
