@@ -278,8 +278,8 @@ class DecoderSession:
                  **self.cross_inputs()}
         for i in range(self.bundle.decoder_layers):
             feeds[f"self_k{i}"], feeds[f"self_v{i}"] = self.cache[i, 0], self.cache[i, 1]
-        names = ["logits", *(f"new_{kind}{i}" for i in range(self.bundle.decoder_layers) for kind in "kv")] if keep else ["logits"]
-        logits, *new = self._score_session.run(names, feeds)
+        kept = [f"new_{kind}{i}" for i in range(self.bundle.decoder_layers) for kind in "kv"] if keep else []
+        logits, *new = self._score_session.run(["logits", *kept], feeds)
         if keep:
             self.cache[:, :, p : p + n] = np.reshape(new, self.cache[:, :, p : p + n].shape)
             self.length = p + n
@@ -437,15 +437,16 @@ def prime(session: DecoderSession, audio_features: np.ndarray, options: Decoding
             start += [_language_token(bundle, language), _task_token(bundle, options)]
     start.append(bundle.tokens.no_timestamps)
     every = session.every_logits([*start, *text], first=len(start) - 1, keep=True) if text else None
-    if every is None:
-        logits = session.step(start).copy()
-        logits.flags.writeable = False
-        primed = Primed(logits, session.length)
-        return replace(primed, text_score=score_texts(session, primed, [text])[0]) if text else primed
-    session.length -= len(text)  # the text's rows are no part of the prompt
-    logits = every[0].copy()
+    if every is not None:
+        session.length -= len(text)  # the text's rows are no part of the prompt
+        logits, score = every[0].copy(), _mean_logprob(every, text, bundle.tokens.eot)
+    else:
+        logits, score = session.step(start).copy(), None
     logits.flags.writeable = False
-    return Primed(logits, session.length, _mean_logprob(every, text, bundle.tokens.eot))
+    primed = Primed(logits, session.length, score)
+    if text and score is None:  # no scoring step: the text read after the prompt
+        primed = replace(primed, text_score=score_texts(session, primed, [text])[0])
+    return primed
 
 
 def score_texts(session: DecoderSession, primed: Primed, texts: Sequence[Sequence[int]]) -> list[float]:
