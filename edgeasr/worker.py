@@ -50,9 +50,14 @@ class Job:
     # dropped from a full lane; the front end reports it
     failed: Callable[[Exception], None] = lambda exc: None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # set by the lane that holds the job: a cancelled job leaves its count at once, so that
+    # stale work never makes a lane refuse or drop real work
+    _withdraw: Callable[[Job], None] | None = field(default=None, init=False, repr=False)
 
     def cancel(self) -> None:
         self.cancelled.set()
+        if self._withdraw is not None:
+            self._withdraw(self)
 
 
 @dataclass
@@ -97,6 +102,7 @@ class Lane:
                 dropped.append(old)
             self._finals.append(job)
             self._seconds += job.seconds
+            job._withdraw = self._withdraw
             self.worker.cond.notify_all()
         for old in dropped:
             old.failed(LaneFull(f"{self.name}: dropped {old.seconds:.1f} s of queued speech"))
@@ -108,17 +114,33 @@ class Lane:
             if self._partial is not None:
                 self.worker.stats.partials_skipped += 1
             self._partial = job
+            job._withdraw = self._withdraw
             self.worker.cond.notify_all()
 
     def close(self) -> None:
         """Cancel everything still waiting (a client went away)."""
         with self.worker.cond:
-            for job in self._finals:
-                job.cancel()
-            self._finals.clear()
+            waiting, self._finals = list(self._finals), collections.deque()
             self._seconds = 0.0
             self._partial = None
+        for job in waiting:
+            job.cancel()
         self.worker.remove(self)
+
+    def _withdraw(self, job: Job) -> None:
+        """A job cancelled while it waits: out of the queue and its count (the worker may have
+        taken it already: then it sees the cancel itself)."""
+        with self.worker.cond:
+            if job is self._partial:
+                self._partial = None
+                self.worker.stats.partials_skipped += 1
+            elif job in self._finals:
+                self._finals.remove(job)
+                self._seconds -= job.seconds
+                self.worker.stats.cancelled += 1
+            else:
+                return
+            self.worker.cond.notify_all()  # room for a BLOCK lane
 
     @property
     def depth(self) -> int:

@@ -157,3 +157,29 @@ def test_a_closed_lane_runs_nothing_more():
     hold.set()
     drain(worker)
     assert done == [] and lane not in worker._lanes
+
+
+def test_a_cancelled_final_leaves_the_lanes_count_at_once():
+    worker, hold = held_worker()
+    lane = worker.lane("client", 2.0, Overflow.REJECT)
+    stale = Job(record([], "stale"), 1.5)
+    lane.submit(stale)
+    stale.cancel()
+    assert lane.seconds == 0.0 and lane.depth == 0
+    lane.submit(Job(record([], "fresh"), 1.5))  # room again: only real work counts
+    assert worker.stats.cancelled == 1
+    hold.set()
+    drain(worker)
+    assert worker.stats.cancelled == 1 and worker.stats.finals == 2  # "hold" and "fresh"
+
+
+def test_a_cancelled_partial_is_no_longer_offered():
+    worker, hold = held_worker()
+    done: list[str] = []
+    lane = worker.lane("mic", 60, Overflow.BLOCK)
+    partial = Job(record(done, "partial"), 1.0, partial=True)
+    lane.offer_partial(partial)
+    partial.cancel()
+    hold.set()
+    drain(worker)
+    assert done == [] and worker.stats.partials_skipped == 1

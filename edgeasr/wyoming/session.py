@@ -247,7 +247,7 @@ class Session:
             speculation = None
         speech_end = self._speech_end
         self._submit(Job(lambda engine, should_stop: self._final(engine, speculation, speech_end),
-                         self.seconds, failed=self.on_error))
+                         (self._audio.n - self._committed) / SAMPLE_RATE, failed=self.on_error))
 
     def close(self) -> None:
         """The client went away: nothing of this session runs any more."""
