@@ -61,11 +61,15 @@ def test_first_command_uses_real_cli_options():
     assert "--input" in help_text and "--config" in help_text
 
 
-def anchors(markdown: str) -> set[str]:
-    """GitHub's ids for a document's headings (code blocks left out)."""
+def headings(markdown: str, level: str = "#{1,6}") -> list[str]:
+    """A document's headings of that level (a pattern of #), code blocks left out."""
     prose = re.sub(r"^```.*?^```$", "", markdown, flags=re.S | re.M)
-    headings = re.findall(r"^#{1,6} (.+)$", prose, re.M)
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    return re.findall(rf"^{level} (.+)$", prose, re.M)
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's ids for a document's headings."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings(markdown)}
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
@@ -87,5 +91,30 @@ def test_the_readme_links_every_document_in_docs():
 
 
 def test_the_readme_is_read_in_ten_minutes():
-    """For the user, at most 250 lines: the history and the architecture live in docs/."""
-    assert len(README.splitlines()) <= 250
+    """For the user, at most 300 lines: the history and the architecture live in docs/."""
+    assert len(README.splitlines()) <= 300
+
+
+def test_the_readme_opens_with_the_two_fresh_machine_commands():
+    """Before anything else: the command that runs the embedded default, then the test command."""
+    top = "\n".join(README.splitlines()[:25])
+    commands = re.findall(r"```bash\n(.+?)\n```", top)
+    assert len(commands) == 2, "README's first screen lost one of its two commands"
+    assert commands[0].startswith("bash packaging/setup-dev.sh && ")
+    assert top.index("<!-- test-command -->") < top.index(commands[1])
+
+
+def test_the_benchmarks_page_holds_today_and_the_archive_the_dated_runs():
+    """docs/benchmarks.md is today's figures, no dated section; the archive is newest first."""
+    today = (REPO / "docs" / "benchmarks.md").read_text()
+    assert not [h for h in headings(today, "##") if re.match(r"\d{4}-\d{2}-\d{2}", h)]
+    assert headings(today, "##")[0] == "Accuracy"
+    archive = (REPO / "docs" / "benchmarks-archive.md").read_text()
+    dates = [h[:10] for h in headings(archive, "##")]
+    assert dates and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", d) for d in dates)
+    assert dates == sorted(dates, reverse=True)
+
+
+def test_the_changelog_speaks_to_users_not_in_milliseconds():
+    """Timings belong to docs/benchmarks.md; the changelog says what a user sees."""
+    assert not re.findall(r"\d\s?(?:ms|µs)\b", (REPO / "CHANGELOG.md").read_text())
