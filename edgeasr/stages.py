@@ -176,6 +176,9 @@ class Intent:
 
     name: str  # HassTurnOn, HassStartTimer, ...
     slots: tuple[tuple[str, str], ...] = ()  # (slot, value) in the matcher's order, e.g. (("name", "Lamp"),)
+    # the slots filled with whatever words were said (a list item, a timer's name, a delayed
+    # command): a text that is a command only through them is weak evidence of one
+    free: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ names the text nearly spells: grammar.names_misheard; never below MIN_COMMAND_SC
 it could not have been heard as the text (grammar.misheard_as: "what time is it in Denver" is
 not "what time is it"; a sentence of 10 words is no command of 4): a command heard slightly
 wrong is put right, other speech is left as it was decoded.
+
+A wrong action is worse than none, so no sentence is taken when another that asks something
+else of the home is nearly as likely (AMBIGUOUS), and a text that is a command only through
+its free-text slots (a delayed command, a timer's name) is weighed like text that is none.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
 from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_alone_unlike, names_misheard
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
+    AMBIGUOUS,
     COMMAND_MARGIN,
     MIN_COMMAND_SCORE,
     NAME_MARGIN,
@@ -63,33 +68,38 @@ class CommandHearing:
         decoded; None when it says none. `prompt`: the names go before the home's sentences
         (bench-commands measures without); `batch`: the search steps its hypotheses at once."""
         intent = sentences.recognize(text)
-        if intent is not None:
+        if intent is not None and not intent.free:
             return Heard(text, intent)
+        # a command through free-text slots only ("set a timer for 2 minutes in 30 seconds": a
+        # delayed command) is read against the home's sentences like text that is no command
+        if not _has_letters(text):
+            return None  # digits alone: numbers heard are no words misheard
         heard = self.tokenizer.encode(" " + text)
         before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
         # one start for both readings; the text as decoded is scored in the same run
         primed = prime(self.decoder, encoded, options, silence, before, text=heard)
         assert primed.text_score is not None
         own = primed.text_score
-        # the search looks for sentences within COMMAND_MARGIN (measured: searching down to
-        # NAME_MARGIN found more within it, and turned one more German question into a command);
-        # of those it finished below, a near name's is still taken
+        # the search looks for sentences within COMMAND_MARGIN; of those it finished below, a
+        # near name's is still taken (searching down to NAME_MARGIN took more nonsense)
         sought = max(own - COMMAND_MARGIN, MIN_COMMAND_SCORE)
         lowest = max(own - max(COMMAND_MARGIN, NAME_MARGIN), MIN_COMMAND_SCORE)
         # a command is about as long as what was heard: the search goes little further
         held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
                                                          batch=batch, floor=sought)
-        found = [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held]  # likeliest first
-        log.debug("the home's sentences %s against %.3f", found, own)
+        log.debug("the home's sentences %s against %.3f",
+                  [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held], own)
         names = [said for name in vocabulary.names for said in name.spoken]
-        for sentence, score in found:
+        readings = []
+        for tokens, score in held:  # likeliest first
             if score < lowest:
                 break
+            sentence = self.tokenizer.decode(tokens).strip()
             near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
             if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
-                    and (intent := sentences.recognize(sentence)) is not None):
-                return Heard(sentence, intent, score)
-        return None
+                    and (meant := sentences.recognize(sentence)) is not None):
+                readings.append((Heard(sentence, meant, score), score * (len(tokens) + 1)))
+        return _unambiguous(readings)
 
     def search_for(self, graph: WordGraph) -> GrammarSearch:
         """The search of a graph, kept while its vocabulary is in use."""
@@ -99,3 +109,20 @@ class CommandHearing:
                 self._searches.pop(next(iter(self._searches)))
             self._searches[key] = (graph, GrammarSearch(graph, self.tokenizer.encode, self.tokenizer.decode, self.eot))
         return self._searches[key][1]
+
+
+def _has_letters(text: str) -> bool:
+    return any(c.isalpha() for c in text)
+
+
+def _unambiguous(readings: list[tuple[Heard, float]]) -> Heard | None:
+    """The likeliest reading (each with its log-probability summed over its tokens), unless
+    one that asks something else of the home comes within AMBIGUOUS of it."""
+    if not readings:
+        return None
+    best, total = readings[0]
+    rival = next((t for heard, t in readings[1:] if heard.intent != best.intent), None)
+    if rival is not None and total - rival < AMBIGUOUS:
+        log.debug("%r and another command are alike likely: neither taken", best.text)
+        return None
+    return best

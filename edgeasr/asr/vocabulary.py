@@ -9,6 +9,7 @@ a token budget: a long prompt takes the decoder's attention from the audio.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from edgeasr.stages import Vocabulary
@@ -27,6 +28,11 @@ NAME_MARGIN = 1.5
 # "What is the time?" at -2.92). Measured on both command sets, the everyday ones and the dev
 # pool: no sentence put right was below -2.23
 MIN_COMMAND_SCORE = -2.5
+# of two of the home's sentences that ask different things of it, the likelier is taken only
+# when the decoder finds it at least 9 times as likely as the other (log-probabilities summed
+# over their tokens): a guess between two actions ("mute" or "unmute", "to 60%" or "to 68%")
+# is no action
+AMBIGUOUS = math.log(9.0)
 # the means by which decoding hears a vocabulary: the names as the prompt of the home's
 # sentences, a boost of their tokens (a trie, shallow fusion), and the home's sentences as a
 # grammar (Transcriber.hearing)

@@ -97,7 +97,8 @@ class HomeSentences:
         if result is None:
             return None
         slots = sorted((e.name, _value_text(e.value)) for e in result.entities_list)
-        return Intent(result.intent.name, tuple(slots))
+        free = frozenset(e.name for e in result.entities_list if e.is_wildcard)
+        return Intent(result.intent.name, tuple(slots), free)
 
     def graph(self) -> WordGraph:
         """The home's sentences as a graph of words (hassil's FST of the templates, as

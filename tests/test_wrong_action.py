@@ -1,0 +1,61 @@
+"""A wrong action is worse than no action: the command reading takes no sentence when another
+that asks something else of the home is nearly as likely, reads a command made only of free
+text like text that is none, and makes no words of digits."""
+
+from __future__ import annotations
+
+import math
+
+from edgeasr.asr.commands_heard import Heard, _has_letters, _unambiguous
+from edgeasr.asr.vocabulary import AMBIGUOUS
+from edgeasr.stages import Intent
+
+MUTE = Intent("HassMediaPlayerMute", (("name", "Bose Soundbar"),))
+UNMUTE = Intent("HassMediaPlayerUnmute", (("name", "Bose Soundbar"),))
+
+
+def reading(text: str, intent: Intent, mean: float, tokens: int) -> tuple[Heard, float]:
+    return Heard(text, intent, mean), mean * tokens
+
+
+def test_two_readings_that_ask_different_things_alike_likely_give_none():
+    close = [reading("Mute our Bose Soundbar.", MUTE, -0.70, 8), reading("unmute our Bose Soundbar.", UNMUTE, -0.73, 8)]
+    assert _unambiguous(close) is None
+    clear = [close[0], reading("unmute our Bose Soundbar.", UNMUTE, -0.70 - 1.1 * AMBIGUOUS / 8, 8)]
+    assert _unambiguous(clear) == close[0][0]
+
+
+def test_readings_that_ask_the_same_thing_are_no_rivals():
+    """Ways of saying one command (with or without "the") leave its action the same."""
+    same = [reading("Mute the Bose Soundbar.", MUTE, -0.70, 8), reading("Mute Bose Soundbar.", MUTE, -0.71, 7)]
+    assert _unambiguous(same) == same[0][0]
+    assert _unambiguous([]) is None
+
+
+def test_the_bar_is_nine_to_one():
+    assert math.isclose(math.exp(AMBIGUOUS), 9.0)
+
+
+def test_digits_alone_are_no_words_misheard():
+    assert not _has_letters("1.5.5.") and not _has_letters("") and _has_letters("Oz time.")
+
+
+def test_an_intent_says_which_slots_hold_free_text_without_changing_what_it_asks():
+    delayed = Intent("HassStartTimer", (("conversation_command", "set a timer for 2 minutes"), ("seconds", "30")),
+                     free=frozenset({"conversation_command"}))
+    assert delayed == Intent("HassStartTimer", delayed.slots) and delayed.free
+
+
+def test_home_assistants_matcher_says_which_slots_were_free_text():
+    from pathlib import Path
+
+    from edgeasr.home.names import load_home
+    from edgeasr.home.sentences import HomeSentences
+
+    home = HomeSentences(load_home(Path(__file__).parent / "data" / "home.yaml"), "en")
+    listed = home.recognize("add apples to my Groceries list")
+    delayed = home.recognize("set a timer for 2 minutes in 30 seconds")
+    timer = home.recognize("set a timer for 2 minutes and 30 seconds")
+    assert listed is not None and listed.free == {"item"}
+    assert delayed is not None and "conversation_command" in delayed.free
+    assert timer is not None and not timer.free and timer.slots == (("minutes", "2"), ("seconds", "30"))
