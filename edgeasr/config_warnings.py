@@ -9,6 +9,7 @@ once at start; both call `config_warnings`, the one place they are worked out.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +51,12 @@ def bundle_facts(cfg: Config, bundle: Bundle | None) -> Facts:
 def config_warnings(cfg: Config, facts: Facts) -> list[str]:
     """One line per combination that does not do what its keys ask for (empty: none)."""
     lines = [line for rule in RULES for line in rule(cfg, facts)]
-    return lines + [f"{key}: {value!r} is not used ({why})" for key, value, why in _unused(cfg)]
+    return lines + [f"{key}: {_shown(value)} is not used ({why})" for key, value, why in _unused(cfg)]
+
+
+def _shown(value: Any) -> str:
+    """A value as the config file would say it (true, null, "de")."""
+    return json.dumps(value)
 
 
 # --- durations heard in VAD frames -----------------------------------------------------------
@@ -139,7 +145,7 @@ def languages(cfg: Config, facts: Facts) -> list[str]:
     if facts.multilingual is not False:
         return []
     m, defaults = cfg.model, type(cfg.model)()
-    return [f"model.{key}: {getattr(m, key)!r} is not used (the model is English only: "
+    return [f"model.{key}: {_shown(getattr(m, key))} is not used (the model is English only: "
             "it transcribes English)" for key in ("language", "task") if getattr(m, key) != getattr(defaults, key)]
 
 

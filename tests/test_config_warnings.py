@@ -49,19 +49,19 @@ WARNINGS = [
     ({"pipeline.queue_s": 5.0}, FACTS, "pipeline.queue_s: 5 s is less than one segment may hold (up to 10 s)"),
     ({"encoder.threads": 8}, FACTS, "encoder.threads: 8 threads on the 4 cores this process may use"),
     ({"decoder.threads": 5}, FACTS, "decoder.threads: 5 threads on the 4 cores this process may use"),
-    ({"model.language": "de"}, Facts(cores=4, multilingual=False), "model.language: 'de' is not used (the model "
+    ({"model.language": "de"}, Facts(cores=4, multilingual=False), 'model.language: "de" is not used (the model '
      "is English only"),
-    ({"model.task": "translate"}, Facts(cores=4, multilingual=False), "model.task: 'translate' is not used"),
+    ({"model.task": "translate"}, Facts(cores=4, multilingual=False), 'model.task: "translate" is not used'),
     ({"output.stdout": False}, FACTS, "output.stdout: false with no broker (mqtt.host): the microphone's "
      "transcripts go nowhere"),
     ({"vad.threshold": 0.7}, FACTS, "vad.threshold: 0.7 is not used (only silero and ten use it)"),
     ({"vad.aggressiveness": 3, "vad.detector": "silero"}, FACTS,
      "vad.aggressiveness: 3 is not used (only webrtc uses it; vad.detector is silero)"),
-    ({"input.realtime": True}, FACTS, "input.realtime: True is not used (input.source is mic)"),
+    ({"input.realtime": True}, FACTS, "input.realtime: true is not used (input.source is mic)"),
     ({"input.ring_s": 5.0, "input.source": "stdin"}, FACTS, "input.ring_s: 5.0 is not used (input.source is stdin)"),
     ({**WYOMING, "vad.hangover_ms": 600}, FACTS, "vad.hangover_ms: 600 is not used (input.source is none"),
     ({"encoder.backend": "hailo", "encoder.precision": "fp32"}, FACTS,
-     "encoder.precision: 'fp32' is not used (the encoder runs on the NPU)"),
+     'encoder.precision: "fp32" is not used (the encoder runs on the NPU)'),
     ({"encoder.backend": "onnx", "encoder.timeout_ms": 100}, FACTS,
      "encoder.timeout_ms: 100 is not used (encoder.backend is onnx"),
     ({"decoder.on_gate_fail": "drop", "decoder.fallback_temperature_step": 0.5}, FACTS,
@@ -69,15 +69,15 @@ WARNINGS = [
     ({"input.source": "stdin", "pipeline.partial_interval_ms": 200}, FACTS,
      "pipeline.partial_interval_ms: 200 is not used (input.source stdin is not read at real time"),
     ({"wyoming.endpoint_ms": 600}, FACTS, "wyoming.endpoint_ms: 600 is not used (wyoming.uri is null)"),
-    ({"mqtt.topic_prefix": "home"}, FACTS, "mqtt.topic_prefix: 'home' is not used (mqtt.host is null: no broker)"),
+    ({"mqtt.topic_prefix": "home"}, FACTS, 'mqtt.topic_prefix: "home" is not used (mqtt.host is null: no broker)'),
     ({"mqtt.host": "broker", "mqtt.tls.enabled": False, "mqtt.tls.ca": "/etc/ssl/ca.pem"}, FACTS,
-     "mqtt.tls.ca: '/etc/ssl/ca.pem' is not used (mqtt.tls.enabled is false)"),
+     'mqtt.tls.ca: "/etc/ssl/ca.pem" is not used (mqtt.tls.enabled is false)'),
     ({"mqtt.host": "broker", "mqtt.homeassistant.prefix": "ha"}, FACTS,
-     "mqtt.homeassistant.prefix: 'ha' is not used (mqtt.homeassistant.discovery is false)"),
+     'mqtt.homeassistant.prefix: "ha" is not used (mqtt.homeassistant.discovery is false)'),
     ({"mqtt.host": "broker", "mqtt.hermes.site_id": "hall"}, FACTS,
-     "mqtt.hermes.site_id: 'hall' is not used (mqtt.hermes.enabled is false)"),
+     'mqtt.hermes.site_id: "hall" is not used (mqtt.hermes.enabled is false)'),
     ({"homeassistant.refresh_s": 60}, FACTS, "homeassistant.refresh_s: 60.0 is not used (homeassistant.url is null)"),
-    ({"output.intent": True}, FACTS, "output.intent: True is not used (no vocabulary.home, vocabulary.names or "
+    ({"output.intent": True}, FACTS, "output.intent: true is not used (no vocabulary.home, vocabulary.names or "
      "homeassistant.url"),
 ]
 

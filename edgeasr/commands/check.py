@@ -175,7 +175,7 @@ CHECKS: tuple[tuple[str, Callable[[Config], str]], ...] = (
     ("home assistant", check_homeassistant))
 
 
-def warnings(cfg: Config) -> list[str]:
+def combination_warnings(cfg: Config) -> list[str]:
     """What combinations of keys will do when it is not what they ask for (config_warnings),
     with the bundle's window and languages when its manifest can be read (the model check
     reports a bundle that cannot)."""
@@ -194,7 +194,7 @@ def warnings(cfg: Config) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     cfg = load(args)  # a bad key stops here: nothing else can be checked without the config
     print(f"config: ok ({args.config or 'defaults'})")
-    for line in warnings(cfg):  # the daemon starts all the same, and logs them
+    for line in combination_warnings(cfg):  # the daemon starts all the same, and logs them
         print(f"warning: {line}")
     failure: EdgeAsrError | None = None
     for name, check in CHECKS:
