@@ -5,6 +5,8 @@ with a fake clock for its backoff), and the threads onnxruntime starts."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import numpy as np
 import pytest
 from hailo_fixtures import FakeTime
@@ -74,8 +76,10 @@ def npu(lab: Lab, keys: dict, **standin: str):
 @rows.observe("encoder.backend", "model")
 def _encoder_backend(lab: Lab) -> None:
     """With an NPU present, auto takes it; onnx keeps the encoder on the CPU."""
-    assert npu(lab, {}).backend == "hailo"
-    assert npu(lab, {"encoder.backend": "onnx"}).backend == "onnx"
+    with closing(npu(lab, {})) as auto:
+        assert auto.backend == "hailo"
+    with closing(npu(lab, {"encoder.backend": "onnx"})) as cpu:
+        assert cpu.backend == "onnx"
 
 
 @rows.observe("encoder.precision", "model")
@@ -100,18 +104,20 @@ def _encoder_hef(lab: Lab) -> None:
     cfg = lab.cfg({"encoder.backend": "hailo"})
     with pytest.raises(DeviceError, match="encoder.hef: no compiled HEF"):
         create_encoder(load_bundle(bundle), cfg.encoder)
-    encoder = create_encoder(load_bundle(bundle), lab.cfg({"encoder.backend": "hailo", "encoder.hef": str(hef)}).encoder)
-    assert encoder.backend == "hailo" and encoder.encode(mel(lab)).shape[0] == 1
+    cfg = lab.cfg({"encoder.backend": "hailo", "encoder.hef": str(hef)})
+    with closing(create_encoder(load_bundle(bundle), cfg.encoder)) as encoder:
+        assert encoder.backend == "hailo" and encoder.encode(mel(lab)).shape[0] == 1
 
 
 @rows.observe("encoder.timeout_ms", "model")
 def _encoder_timeout_ms(lab: Lab) -> None:
     """A chip 300 ms slow: within the default 2000 ms; past 50 ms, a failed window."""
     features = mel(lab)
-    assert npu(lab, {}, latency_ms="300").encode(features).shape[0] == 1
-    slow = npu(lab, {"encoder.timeout_ms": 50}, latency_ms="300")
-    with pytest.raises(EncoderFailedError, match="HAILO_TIMEOUT"):
-        slow.encode(features)
+    with closing(npu(lab, {}, latency_ms="300")) as patient:
+        assert patient.encode(features).shape[0] == 1
+    with closing(npu(lab, {"encoder.timeout_ms": 50}, latency_ms="300")) as hasty, \
+            pytest.raises(EncoderFailedError, match="HAILO_TIMEOUT"):
+        hasty.encode(features)
 
 
 rows.cannot("encoder.scheduler", "how HailoRT time-shares the chip needs a Hailo-8: the stand-in runs one network "
@@ -126,24 +132,22 @@ def _encoder_service_group(lab: Lab) -> None:
     second = npu(lab, shared, service="running")
     assert first.encode(mel(lab)).shape == second.encode(mel(lab)).shape
     first.close(), second.close()
-    alone = npu(lab, {})
-    with pytest.raises(DeviceError, match="busy"):
+    with closing(npu(lab, {})), pytest.raises(DeviceError, match="busy"):
         npu(lab, {})
-    alone.close()
 
 
 @rows.observe("encoder.max_failures", "model")
 def _encoder_max_failures(lab: Lab) -> None:
     """A stalled chip: after one failure in a row the encoder gives up for good (default: 5)."""
-    lab.fixture("standin").control(latency_ms=STALL_MS)
-    patient = npu(lab, {"encoder.timeout_ms": 50})
-    with pytest.raises(EncoderFailedError):
-        patient.encode(mel(lab))
-    assert patient.health().state == RECOVERING
-    quick = npu(lab, {"encoder.timeout_ms": 50, "encoder.max_failures": 1})
-    with pytest.raises(EncoderFailedError, match="failed for good: 1 failure"):
-        quick.encode(mel(lab))
-    assert quick.health().state == FAILED
+    state = {}
+    for failures in (5, 1):
+        with closing(npu(lab, {"encoder.timeout_ms": 50, "encoder.max_failures": failures})) as encoder:
+            lab.fixture("standin").control(latency_ms=STALL_MS)
+            with pytest.raises(EncoderFailedError):
+                encoder.encode(mel(lab))
+            state[failures] = encoder.health().state
+            lab.fixture("standin").control()
+    assert state == {5: RECOVERING, 1: FAILED}
 
 
 @rows.observe("encoder.reopen_timeout_s", "model")
@@ -151,12 +155,12 @@ def _encoder_reopen_timeout_s(lab: Lab) -> None:
     """A chip gone from the bus: reopened with backoff for up to 8 s (default); 0: no second try."""
     tries = {}
     for seconds in (8.0, 0.0):
-        encoder = npu(lab, {"encoder.reopen_timeout_s": seconds})
-        lab.fixture("standin").control(lost=True)
-        with pytest.raises(EncoderFailedError, match="reopen_timeout_s"):
-            encoder.encode(mel(lab))
-        tries[seconds] = encoder.health().reopen_failures
-        lab.fixture("standin").control()
+        with closing(npu(lab, {"encoder.reopen_timeout_s": seconds})) as encoder:
+            lab.fixture("standin").control(lost=True)
+            with pytest.raises(EncoderFailedError, match="reopen_timeout_s"):
+                encoder.encode(mel(lab))
+            tries[seconds] = encoder.health().reopen_failures
+            lab.fixture("standin").control()
     assert tries[0.0] == 1 and tries[8.0] > 1, tries
 
 
