@@ -586,6 +586,9 @@ def _check_inputs(cfg: Config) -> None:
         )
     if cfg.mqtt.password_file is not None and not cfg.mqtt.username:
         raise ConfigError("mqtt.password_file: set, but mqtt.username is not")
+    if cfg.encoder.service_group and cfg.encoder.scheduler == "none":
+        raise ConfigError("encoder.service_group: needs encoder.scheduler round_robin (hailort.service "
+                          "shares the chip through its scheduler)")
     if cfg.wyoming.max_sessions > cfg.wyoming.max_connections:
         raise ConfigError(f"wyoming.max_sessions: {cfg.wyoming.max_sessions} is not allowed (at most "
                           f"wyoming.max_connections, {cfg.wyoming.max_connections})")

@@ -125,13 +125,27 @@ def engine_for(cfg: Config, bundle: Bundle, words: bool = False) -> Transcriber:
     return engine
 
 
-def build(cfg: Config, bundle: Bundle) -> Daemon:
-    """Every collaborator of the daemon, built from the configuration."""
+def build_pipeline(cfg: Config, bundle: Bundle, worker: Worker, outputs: Outputs,
+                   progress: Callable[[str], None] = lambda stage: None,
+                   vocabulary: Callable[[], Vocabulary] | None = None) -> Pipeline:
+    """The front end of input.source (a microphone, a file, stdin) on `worker`, publishing to
+    `outputs`: live (partial results, speculation, the oldest speech dropped when behind) for
+    a microphone or a file read at real time."""
     from edgeasr.audio.clock import StreamClock
     from edgeasr.audio.segmenter import Segmenter
+    from edgeasr.pipeline import Pipeline
+    from edgeasr.stages import Vocabulary
+
+    live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
+    return Pipeline(open_source(cfg), Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), worker,
+                    outputs.publishers, cfg.pipeline, live=live, log_transcripts=cfg.log.transcripts,
+                    progress=progress, report_error=outputs.report_error, vocabulary=vocabulary or Vocabulary)
+
+
+def build(cfg: Config, bundle: Bundle) -> Daemon:
+    """Every collaborator of the daemon, built from the configuration."""
     from edgeasr.home.source import VocabularySource
     from edgeasr.notify import Progress, SystemdNotifier
-    from edgeasr.pipeline import Pipeline
     from edgeasr.worker import Worker
 
     notifier = SystemdNotifier()
@@ -145,11 +159,7 @@ def build(cfg: Config, bundle: Bundle) -> Daemon:
     worker = Worker(engine, progress=lambda: progress.mark("worker"))
     pipeline = None
     if capture:
-        live = cfg.input.source == "mic" or (cfg.input.source == "file" and cfg.input.realtime)
-        pipeline = Pipeline(open_source(cfg), Segmenter(cfg.vad, window_s(cfg, bundle), StreamClock()), worker,
-                            outputs.publishers, cfg.pipeline, live=live, log_transcripts=cfg.log.transcripts,
-                            progress=progress.mark, report_error=outputs.report_error,
-                            vocabulary=vocabulary.current)
+        pipeline = build_pipeline(cfg, bundle, worker, outputs, progress.mark, vocabulary.current)
     server = None
     if cfg.wyoming.uri:
         server = build_wyoming(cfg, bundle, worker, lambda: progress.mark("wyoming"), vocabulary.current)

@@ -11,6 +11,7 @@ is stopped, like a microphone that never runs dry.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -78,6 +79,13 @@ class VirtualMics:
         return feeder
 
     def close(self) -> None:
+        for feeder in self._feeders:
+            feeder._halt.set()
+        for fd in self.fds.values():  # room for a feeder blocked on a full FIFO nobody reads any more
+            os.set_blocking(fd, False)
+            with contextlib.suppress(BlockingIOError):
+                while os.read(fd, 1 << 16):
+                    pass
         for feeder in self._feeders:
             feeder.stop()
         for fd in self.fds.values():

@@ -287,6 +287,8 @@ def test_rendered_config_is_plain_data_that_loads_back(tmp_path):
          "wyoming.zeroconf: needs wyoming.uri tcp://HOST:PORT"),
         ({"pipeline.speculate_after_ms": 900}, "pipeline.speculate_after_ms: 900 is not allowed (below vad.hangover_ms"),
         ({"wyoming.max_sessions": 0}, "wyoming.max_sessions: 0 is not allowed (1..64)"),
+        ({"encoder.service_group": "shared", "encoder.scheduler": "none"},
+         "encoder.service_group: needs encoder.scheduler round_robin"),
     ],
 )
 def test_front_end_keys_are_checked(overrides, message):

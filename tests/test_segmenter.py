@@ -246,7 +246,8 @@ def test_a_cut_in_a_pause_is_marked_and_lies_in_the_pause():
     segments, _ = segment(x)
     first = segments[0]
     assert first.cut and first.cut_in_pause
-    assert pause_start < first.end_sample <= pause_end
+    # in the pause after the first utterance's speech: its quiet end or the silence after it
+    assert first.speech_end_sample <= pause_start and first.speech_end_sample < first.end_sample <= pause_end
     assert not segments[-1].cut and not segments[-1].cut_in_pause
 
 
@@ -275,3 +276,32 @@ def test_pause_finder_does_not_depend_on_what_it_judged_before(dev_dir):
     first = finder.find(window)
     finder.find(sf.read(dev_dir / "audio" / "cmu_goforward.wav", dtype="float32")[0])
     assert first is not None and finder.find(window) == first
+
+
+class Scripted:
+    """A detector that says what it is told, frame by frame."""
+
+    def __init__(self, verdicts: list[bool]) -> None:
+        self._verdicts = iter(verdicts)
+
+    def is_speech(self, frame: np.ndarray) -> bool:
+        return next(self._verdicts)
+
+
+def test_a_pause_that_reached_cut_pause_ms_before_the_search_zone_is_cut_in_as_the_zone_begins():
+    """A pause already cut_pause_ms long when the window enters its last cut_search_s is cut at
+    once there, not at the window's limit (the rule fired only on the frame the pause reached
+    cut_pause_ms, and so never for a pause that reached it a little earlier)."""
+    options = VadOptions()  # 300 ms pause, 2 s search, 900 ms hangover; 30 ms frames
+    limit = int(WINDOW_S * 1000) // options.frame_ms  # frames in a window
+    zone = limit - round(options.cut_search_s * 1000 / options.frame_ms)  # the search zone's first frame
+    pause = range(zone - 15, zone + 10)  # 750 ms: reaches 300 ms before the zone, ends in it
+    verdicts = [i not in pause for i in range(2 * limit)]
+    seg = Segmenter(options, WINDOW_S, StreamClock(), detector=Scripted(verdicts))
+    noise = np.random.default_rng(0).integers(-3000, 3000, FRAME, dtype=np.int16)
+    emitted = {}
+    for i in range(2 * limit):
+        for s in seg.push(AudioChunk(noise, i * FRAME, T0_MONO + (i + 1) * FRAME / SAMPLE_RATE)):
+            emitted[s.seq] = i
+    first = emitted[0]
+    assert first == zone, (first, zone)  # as the zone begins, not at the limit

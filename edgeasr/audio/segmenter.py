@@ -15,14 +15,13 @@ Which detector judges the frames is `vad.detector` (edgeasr/audio/vad.py).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from edgeasr.audio.clock import StreamClock
-from edgeasr.audio.vad import make_detector
+from edgeasr.audio.vad import frames_reaching, make_detector
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
 from edgeasr.stages import (
@@ -33,10 +32,6 @@ from edgeasr.stages import (
     SpeechDetector,
     SpeechSegment,
 )
-
-
-def _frames(ms: float, frame_ms: int) -> int:
-    return math.ceil(ms / frame_ms)
 
 
 def quietest_frame(speech: np.ndarray, energy: np.ndarray) -> tuple[int, bool]:
@@ -59,7 +54,7 @@ class PauseFinder:
     def __init__(self, options: VadOptions,
                  detector: Callable[[], SpeechDetector] | None = None) -> None:
         self._n = SAMPLE_RATE * options.frame_ms // 1000
-        self._search = max(1, _frames(options.cut_search_s * 1000, options.frame_ms))
+        self._search = max(1, frames_reaching(options.cut_search_s * 1000, options.frame_ms))
         self._detector = detector or (lambda: make_detector(options))
 
     @property
@@ -97,16 +92,16 @@ class Segmenter:
         fms = options.frame_ms
         self._n = SAMPLE_RATE * fms // 1000  # samples per VAD frame
         self._max_frames = int(round(max_window_s * 1000) // fms)
-        self._pre_roll = _frames(options.pre_roll_ms, fms)
+        self._pre_roll = frames_reaching(options.pre_roll_ms, fms)
         if self._max_frames < self._pre_roll + 2:
             raise ConfigError(
                 f"vad.max_window_s: {max_window_s} is not allowed "
                 f"(longer than vad.pre_roll_ms + 2 frames)"
             )
-        self._hangover = max(1, _frames(options.hangover_ms, fms))
-        self._min_speech = _frames(options.min_speech_ms, fms)
-        self._search = min(max(1, _frames(options.cut_search_s * 1000, fms)), self._max_frames - 1)
-        self._cut_pause = max(1, _frames(options.cut_pause_ms, fms))
+        self._hangover = max(1, frames_reaching(options.hangover_ms, fms))
+        self._min_speech = frames_reaching(options.min_speech_ms, fms)
+        self._search = min(max(1, frames_reaching(options.cut_search_s * 1000, fms)), self._max_frames - 1)
+        self._cut_pause = max(1, frames_reaching(options.cut_pause_ms, fms))
         self._options = options
         self._clock = clock
         self._detector = detector or make_detector(options)
@@ -207,10 +202,11 @@ class Segmenter:
                 self._drop_front(self._count - self._pre_roll)
             return
         self._silence_run = 0 if is_speech else self._silence_run + 1
-        if (self._silence_run == self._cut_pause and self._silence_run < self._hangover
+        if (self._cut_pause <= self._silence_run < min(self._hangover, self._count)
                 and self._count > self._max_frames - self._search):
-            # a pause near the limit: cut in it now rather than at the limit, where the
-            # text spoken before it would wait for the window to fill
+            # a pause near the limit (however long it lasted before it got near): cut in it
+            # now rather than at the limit, where the text spoken before it would wait for
+            # the window to fill. Not a piece that is all pause (what a cut leaves).
             out.append(self._cut(self._count - self._silence_run))
             return
         if self._silence_run >= self._hangover:

@@ -175,9 +175,27 @@ CHECKS: tuple[tuple[str, Callable[[Config], str]], ...] = (
     ("home assistant", check_homeassistant))
 
 
+def combination_warnings(cfg: Config) -> list[str]:
+    """What combinations of keys will do when it is not what they ask for (config_warnings),
+    with the bundle's window and languages when its manifest can be read (the model check
+    reports a bundle that cannot)."""
+    from edgeasr.bundle import load_bundle
+    from edgeasr.config_warnings import bundle_facts, config_warnings
+    from edgeasr.models.default import prepared_default
+
+    path = cfg.model.path or prepared_default(cfg.state_dir)
+    try:
+        bundle = load_bundle(path) if path is not None else None
+    except EdgeAsrError:
+        bundle = None
+    return config_warnings(cfg, bundle_facts(cfg, bundle))
+
+
 def main(args: argparse.Namespace) -> int:
     cfg = load(args)  # a bad key stops here: nothing else can be checked without the config
     print(f"config: ok ({args.config or 'defaults'})")
+    for line in combination_warnings(cfg):  # the daemon starts all the same, and logs them
+        print(f"warning: {line}")
     failure: EdgeAsrError | None = None
     for name, check in CHECKS:
         try:

@@ -8,6 +8,8 @@ import sys
 
 from edgeasr.commands.common import load
 
+log = logging.getLogger(__name__)
+
 
 def setup_logging(level: str) -> None:
     """journald when systemd started us (structured fields), else stderr."""
@@ -22,12 +24,16 @@ def setup_logging(level: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from edgeasr.config_warnings import bundle_facts, config_warnings
     from edgeasr.daemon import build
     from edgeasr.models.default import open_bundle
 
     cfg = load(args)
     setup_logging(cfg.log.level)
-    daemon = build(cfg, open_bundle(cfg))
+    bundle = open_bundle(cfg)
+    for line in config_warnings(cfg, bundle_facts(cfg, bundle)):  # as `edgeasr check` shows them
+        log.warning("%s", line)
+    daemon = build(cfg, bundle)
     if args.config is not None:
         daemon.reload_config = lambda: load(args)
     return daemon.run()

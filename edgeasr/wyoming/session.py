@@ -10,6 +10,9 @@ Decoding while the user still speaks:
   `pipeline.speculate_after_ms`, the audio so far is decoded at once. When `audio-stop` comes
   with no speech after that pause (Home Assistant stops after its own VAD's silence), that
   result is the transcript: nothing is left to decode after the stop;
+- with `wyoming.endpoint_ms`, the transcript goes out once the silence after the speech has
+  lasted that long: at the end of the first VAD frame by which it has (within one frame of it,
+  whatever `vad.frame_ms`); the audio after that frame is not heard;
 - once the audio not yet committed exceeds the model's window, a commit job decodes its first
   window as unfinished speech and keeps the text up to the last complete timestamp, so a long
   request leaves at most about one window to decode at the end. Each job carries on from the
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 import soxr
 
+from edgeasr.audio.vad import frames_reaching
 from edgeasr.errors import EdgeAsrError
 from edgeasr.speech_end import decode_until
 from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Transcription, Vocabulary
@@ -128,6 +132,15 @@ class _Samples:
     def view(self, start: int = 0, end: int | None = None) -> np.ndarray:
         return self._buf[start : self.n if end is None else min(end, self.n)]
 
+    def truncate(self, n: int) -> None:
+        """Forget the samples from `n` on (views handed out keep theirs)."""
+        self.n = min(self.n, n)
+
+
+def vad_samples(audio: np.ndarray) -> np.ndarray:
+    """The session's float audio as the VAD judges it (int16)."""
+    return np.clip(audio * INT16_SCALE, -32768, 32767).astype(np.int16)
+
 
 def to_float(pcm: bytes, width: int, channels: int) -> np.ndarray:
     """Interleaved PCM -> float32 mono in [-1, 1) (channels averaged)."""
@@ -173,6 +186,10 @@ class Session:
         self.language, self.clock, self.vocabulary = language, clock, vocabulary
         self.window = int(options.window_s * SAMPLE_RATE)
         self.frame = SAMPLE_RATE * options.frame_ms // 1000
+        # the silent frames by which endpoint_ms has passed: the endpoint comes within a frame
+        # of the silence reaching it, whatever the frame length
+        self.endpoint_frames = (None if options.endpoint_ms is None
+                                else frames_reaching(options.endpoint_ms, options.frame_ms))
         self.on_partial, self.on_final, self.on_error = on_partial, on_final, on_error
         self.on_endpoint = on_endpoint  # the speech has ended (wyoming.endpoint_ms): answer now
         self._lock = threading.Lock()
@@ -193,6 +210,7 @@ class Session:
         self._partial_due = 0.0
         self._committing = False
         self._speculation: _Speculation | None = None
+        self._ended = False  # the endpoint was heard: the audio after it is not
         self.prefix = StablePrefix()
 
     # -- the event-loop thread ----------------------------------------------------------------
@@ -222,6 +240,8 @@ class Session:
                                f"audio-start's {self._format[0]} Hz/{self._format[1]} B/{self._format[2]} ch"[:300])
         if len(pcm) > self.budget_bytes():
             raise SessionTooLong(f"more than {self.options.max_audio_s:g} s of audio (wyoming.max_audio_s)")
+        if self._ended:
+            return  # past the endpoint: not heard
         self._raw += pcm
         if len(self._raw) < self._convert_bytes:
             return  # a tiny chunk: gathered, converted with the next ones
@@ -260,6 +280,9 @@ class Session:
     def _convert(self, last: bool = False) -> None:
         """The whole frames gathered so far to 16 kHz mono, appended; then the VAD over them."""
         assert self._format is not None
+        if self._ended:
+            self._raw.clear()
+            return
         _, width, channels = self._format
         frame = width * channels
         usable = len(self._raw) - len(self._raw) % frame
@@ -277,9 +300,8 @@ class Session:
         """The VAD over the new whole frames: speech so far, and the pause at the end."""
         while self._judged + self.frame <= self._audio.n:
             frame = self._audio.view(self._judged, self._judged + self.frame)
-            int16 = np.clip(frame * INT16_SCALE, -32768, 32767).astype(np.int16)
             self._judged += self.frame
-            if self.detector.is_speech(int16):
+            if self.detector.is_speech(vad_samples(frame)):
                 self._speech_frames += 1
                 self._silent_frames = 0
                 self._speech_end = self._judged
@@ -288,9 +310,17 @@ class Session:
                     self._speculation = None
             else:
                 self._silent_frames += 1
-                endpoint = self.options.endpoint_ms
-                if endpoint is not None and self._speech_frames and self._silent_frames * self.options.frame_ms == endpoint:
-                    self.on_endpoint()
+                if self._speech_frames and self._silent_frames == self.endpoint_frames:
+                    self._end()
+                    return
+
+    def _end(self) -> None:
+        """The silence after the speech reached wyoming.endpoint_ms: what follows this frame,
+        in this chunk or later, is not heard; the transcript goes out now."""
+        self._ended = True
+        with self._lock:
+            self._audio.truncate(self._judged)
+        self.on_endpoint()
 
     def _maybe_speculate(self) -> None:
         after = self.options.speculate_after_ms
