@@ -15,11 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edgeasr.audio.vad import frames_reaching
-from edgeasr.bundle import Bundle
 from edgeasr.config import Config, as_dict
-from edgeasr.errors import ConfigError
 from edgeasr.reload import flatten
+from edgeasr.stages import frames_reaching
 
 
 @dataclass(frozen=True)
@@ -33,19 +31,6 @@ class Facts:
     @classmethod
     def here(cls, window_s: float | None = None, multilingual: bool | None = None) -> Facts:
         return cls(len(os.sched_getaffinity(0)), window_s, multilingual)
-
-
-def bundle_facts(cfg: Config, bundle: Bundle | None) -> Facts:
-    """The facts of this machine and of the model bundle (None: not known)."""
-    if bundle is None:
-        return Facts.here()
-    from edgeasr.daemon import window_s
-
-    try:
-        window: float | None = window_s(cfg, bundle)
-    except ConfigError:  # vad.max_window_s beyond the model's window: an error of its own
-        window = None
-    return Facts.here(window, bundle.multilingual)
 
 
 def config_warnings(cfg: Config, facts: Facts) -> list[str]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from edgeasr import __version__
 from edgeasr.bundle import Bundle
 from edgeasr.config import Config
+from edgeasr.config_warnings import Facts
 from edgeasr.errors import ConfigError, EdgeAsrError
 from edgeasr.reload import changed_keys, live_keys, with_live
 from edgeasr.stages import AudioSource, Notifier, Publisher
@@ -51,6 +52,18 @@ def window_s(cfg: Config, bundle: Bundle) -> float:
         raise ConfigError(f"vad.max_window_s: {cfg.vad.max_window_s} is not allowed "
                           f"(at most the model's {limit:g} s window)")
     return cfg.vad.max_window_s or limit
+
+
+def bundle_facts(cfg: Config, bundle: Bundle | None) -> Facts:
+    """What the configuration meets here: this machine's cores and the model bundle's window and
+    languages (None: no bundle to read)."""
+    if bundle is None:
+        return Facts.here()
+    try:
+        window: float | None = window_s(cfg, bundle)
+    except ConfigError:  # vad.max_window_s beyond the model's window: an error of its own
+        window = None
+    return Facts.here(window, bundle.multilingual)
 
 
 def open_source(cfg: Config) -> AudioSource:

@@ -10,6 +10,7 @@ checked against it). docs/architecture.md draws the seams.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -18,6 +19,12 @@ import numpy as np
 
 SAMPLE_RATE = 16_000  # Hz, after capture-side resampling
 
+
+
+def frames_reaching(ms: float, frame_ms: int) -> int:
+    """The VAD frames by which `ms` has passed: a duration in milliseconds as audio judged
+    frame by frame takes it (rounded up, never shorter than asked)."""
+    return math.ceil(ms / frame_ms)
 
 @dataclass(frozen=True)
 class AudioChunk:

@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from edgeasr.audio.clock import StreamClock
-from edgeasr.audio.vad import frames_reaching, make_detector
+from edgeasr.audio.vad import make_detector
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
 from edgeasr.stages import (
@@ -31,6 +31,7 @@ from edgeasr.stages import (
     SegmenterCounters,
     SpeechDetector,
     SpeechSegment,
+    frames_reaching,
 )
 
 

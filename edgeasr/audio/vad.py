@@ -14,8 +14,6 @@ keeps whatever state it needs. Silero and TEN VAD judge blocks of their own size
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from edgeasr.config import VAD_DETECTORS, VadOptions
@@ -25,12 +23,6 @@ from edgeasr.stages import SAMPLE_RATE, SpeechDetector
 HYSTERESIS = 0.15  # faster-whisper's neg_threshold = threshold - 0.15
 SILERO_BLOCK = 512  # samples per Silero verdict at 16 kHz (fixed by the model)
 TEN_HOP = 256  # samples per TEN VAD verdict (16 ms; its recommended hop)
-
-
-def frames_reaching(ms: float, frame_ms: int) -> int:
-    """The VAD frames by which `ms` has passed: a duration in milliseconds as audio judged
-    frame by frame takes it (rounded up, never shorter than asked)."""
-    return math.ceil(ms / frame_ms)
 
 
 class WebRtcDetector:

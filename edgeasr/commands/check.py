@@ -180,7 +180,8 @@ def combination_warnings(cfg: Config) -> list[str]:
     with the bundle's window and languages when its manifest can be read (the model check
     reports a bundle that cannot)."""
     from edgeasr.bundle import load_bundle
-    from edgeasr.config_warnings import bundle_facts, config_warnings
+    from edgeasr.config_warnings import config_warnings
+    from edgeasr.daemon import bundle_facts
     from edgeasr.models.default import prepared_default
 
     path = cfg.model.path or prepared_default(cfg.state_dir)

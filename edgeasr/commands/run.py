@@ -24,8 +24,8 @@ def setup_logging(level: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgeasr.config_warnings import bundle_facts, config_warnings
-    from edgeasr.daemon import build
+    from edgeasr.config_warnings import config_warnings
+    from edgeasr.daemon import build, bundle_facts
     from edgeasr.models.default import open_bundle
 
     cfg = load(args)

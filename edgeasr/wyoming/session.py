@@ -37,10 +37,9 @@ from typing import Any
 import numpy as np
 import soxr
 
-from edgeasr.audio.vad import frames_reaching
 from edgeasr.errors import EdgeAsrError
 from edgeasr.speech_end import decode_until
-from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Transcription, Vocabulary
+from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Transcription, Vocabulary, frames_reaching
 from edgeasr.worker import Job, Lane, LaneFull
 
 SAMPLE_TYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
