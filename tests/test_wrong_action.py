@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from edgeasr.asr.commands_heard import Heard, _has_letters, _unambiguous
 from edgeasr.asr.vocabulary import AMBIGUOUS
 from edgeasr.stages import Intent
@@ -59,3 +61,28 @@ def test_home_assistants_matcher_says_which_slots_were_free_text():
     assert listed is not None and listed.free == {"item"}
     assert delayed is not None and "conversation_command" in delayed.free
     assert timer is not None and not timer.free and timer.slots == (("minutes", "2"), ("seconds", "30"))
+
+
+def test_a_windows_log_probabilities_are_the_models_own_under_a_boost(tiny_bundle, dev_dir):
+    """The keyterm boost biases which token is chosen; what the quality gates judge is how likely
+    the model finds the tokens chosen. Judged on boosted logits, a clear "Next." spoken quietly
+    (every name's first token raised, its own lowered) fell under the log-probability gate and the
+    request came back empty."""
+    from dataclasses import replace
+
+    from test_export import CLIPS, mel_of
+
+    from edgeasr.asr.decoding import DecoderSession, decode_window, preset_options
+    from edgeasr.asr.encoder import OnnxEncoder
+    from edgeasr.asr.tokenizer import Tokenizer
+    from edgeasr.bundle import load_bundle
+
+    bundle = load_bundle(tiny_bundle)
+    encoder, session = OnnxEncoder(bundle, "int8"), DecoderSession(bundle, "int8", 2)
+    features = encoder.encode(mel_of(dev_dir, CLIPS[1], bundle))
+    options = preset_options("balanced")
+    names = [Tokenizer(bundle).encode(" " + name) for name in ("Zyxel Router", "Quooker Tap", "Vornado")]
+    boosted = replace(options, keyterms=tuple(tuple(n) for n in names), keyterm_boost=1.0)
+    plain, biased = (decode_window(session, features, o, 9.0) for o in (options, boosted))
+    assert plain.tokens == biased.tokens  # no such name was said: the same text
+    assert np.allclose(plain.logprobs, biased.logprobs, atol=1e-4)

@@ -390,13 +390,20 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     while len(tokens) < cap:
         if should_stop is not None and should_stop():
             raise Cancelled("decoding stopped on request")
+        own = None  # the logits before the first rule that biases the choice
         for rule in chain:
+            if rule.biases and own is None:
+                own = logits.copy()
             rule.apply(logits, tokens)
         if options.temperature > 0 and rng is not None:
             token = sample(logits, options.temperature, rng)
-            logprobs.append(float(logits[token]) - rules.logsumexp(logits))
         else:
             token = int(np.argmax(logits))
+        if own is not None:
+            logprobs.append(float(own[token]) - rules.logsumexp(own))
+        elif options.temperature > 0 and rng is not None:
+            logprobs.append(float(logits[token]) - rules.logsumexp(logits))
+        else:
             logprobs.append(rules.logprob_of_max(logits, token, session.scratch))
         if token == tok.eot:
             hit_cap = False

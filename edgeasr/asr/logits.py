@@ -18,6 +18,11 @@ NEG_INF = -np.inf
 
 
 class LogitFilter(Protocol):
+    # a rule that biases the choice of a token (a boost, a penalty) rather than saying which
+    # tokens may come: the window's log-probabilities, which the quality gates judge, are the
+    # model's own before it
+    biases: bool
+
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None: ...
 
 
@@ -44,6 +49,8 @@ def logprob_of_max(x: np.ndarray, index: int, scratch: np.ndarray) -> float:
 class SuppressTokens:
     """Never emit these (non-speech symbols, task and other special tokens)."""
 
+    biases = False
+
     def __init__(self, ids: Sequence[int]) -> None:
         self.ids = np.asarray(sorted(set(ids)), dtype=np.int64)
 
@@ -54,6 +61,8 @@ class SuppressTokens:
 class SuppressBlank:
     """No blank as the first text token, and no end-of-text as the very first token
     (openai's SuppressBlank; after the opening timestamp an empty window may end)."""
+
+    biases = False
 
     def __init__(self, blank: int, eot: int) -> None:
         self.blank, self.eot = blank, eot
@@ -69,6 +78,8 @@ class TimestampRules:
     """openai's ApplyTimestampRules: timestamps in pairs, never decreasing, the first one
     early, none past the window, and a timestamp whenever they are jointly more likely
     than any single text token."""
+
+    biases = False
 
     def __init__(self, tok: Tokens, max_initial_index: int, max_index: int) -> None:
         self.eot, self.begin, self.no_ts = tok.eot, tok.timestamp_begin, tok.no_timestamps
@@ -106,6 +117,8 @@ class RepetitionPenalty:
     """Make recently used text tokens less likely. Like Hugging Face's (and unlike
     Hailo's app) it multiplies negative logits, so a penalty always lowers them."""
 
+    biases = True
+
     def __init__(self, penalty: float, window: int, first_special: int) -> None:
         self.penalty, self.window, self.first_special = penalty, window, first_special
 
@@ -120,6 +133,8 @@ class RepetitionPenalty:
 class EosBoost:
     """End the window once end-of-text is likely enough, even if not the top token:
     a decoder fed a short window tends to run on past the speech."""
+
+    biases = True
 
     def __init__(self, eot: int, threshold: float) -> None:
         self.eot, self.log_threshold = eot, float(np.log(threshold))
@@ -138,6 +153,8 @@ class KeytermBoost:
     Whisper): the tokens that begin a term, or go on with one under way, get a bounded boost,
     the more the deeper into the term. `terms` are token sequences (each way of writing each
     name, with its leading space)."""
+
+    biases = True
 
     def __init__(self, terms: Sequence[Sequence[int]], boost: float, first_special: int) -> None:
         self.root: dict[int, dict] = {}
