@@ -5,33 +5,48 @@ text like text that is none, and makes no words of digits."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from edgeasr.asr.commands_heard import Heard, _has_letters, _unambiguous
+from edgeasr.asr.commands_heard import _has_letters, choose
 from edgeasr.asr.vocabulary import AMBIGUOUS
+from edgeasr.home.names import load_home
+from edgeasr.home.sentences import HomeSentences
 from edgeasr.stages import Intent
 
-MUTE = Intent("HassMediaPlayerMute", (("name", "Bose Soundbar"),))
-UNMUTE = Intent("HassMediaPlayerUnmute", (("name", "Bose Soundbar"),))
+HELD_OUT = Path(__file__).parent / "data" / "held-out-home.yaml"
 
 
-def reading(text: str, intent: Intent, mean: float, tokens: int) -> tuple[Heard, float]:
-    return Heard(text, intent, mean), mean * tokens
+@pytest.fixture(scope="module")
+def held_out():
+    vocabulary = load_home(HELD_OUT)
+    return HomeSentences(vocabulary, "en"), [said for name in vocabulary.names for said in name.spoken]
 
 
-def test_two_readings_that_ask_different_things_alike_likely_give_none():
-    close = [reading("Mute our Bose Soundbar.", MUTE, -0.70, 8), reading("unmute our Bose Soundbar.", UNMUTE, -0.73, 8)]
-    assert _unambiguous(close) is None
-    clear = [close[0], reading("unmute our Bose Soundbar.", UNMUTE, -0.70 - 1.1 * AMBIGUOUS / 8, 8)]
-    assert _unambiguous(clear) == close[0][0]
+def test_two_sentences_that_ask_different_things_alike_likely_give_none(held_out):
+    """"unmute our Bose Soundbar" heard "I mute our bowl sound bar.": "Mute ..." came first by
+    0.03 nats a token, and was taken."""
+    sentences, names = held_out
+    heard = "I mute our bowl sound bar."
+    close = [("Mute our Bose Soundbar.", -0.70, 8), ("unmute our Bose Soundbar.", -0.73, 8)]
+    assert choose(heard, -0.60, close, sentences, names) is None
+    apart = [close[0], ("unmute our Bose Soundbar.", -0.70 - 1.1 * AMBIGUOUS / 8, 8)]
+    taken = choose(heard, -0.60, apart, sentences, names)
+    assert taken is not None and taken.intent.name == "HassMediaPlayerMute"
 
 
-def test_readings_that_ask_the_same_thing_are_no_rivals():
-    """Ways of saying one command (with or without "the") leave its action the same."""
-    same = [reading("Mute the Bose Soundbar.", MUTE, -0.70, 8), reading("Mute Bose Soundbar.", MUTE, -0.71, 7)]
-    assert _unambiguous(same) == same[0][0]
-    assert _unambiguous([]) is None
+def test_sentences_that_ask_the_same_thing_are_no_rivals(held_out):
+    """Ways of saying one command leave its action the same; a sentence the text could not have
+    been heard as is no reading at all, so no rival either."""
+    sentences, names = held_out
+    same = [("Mute our Bose Soundbar.", -0.70, 8), ("Mute the Bose Soundbar.", -0.71, 8)]
+    taken = choose("I mute our bowl sound bar.", -0.60, same, sentences, names)
+    assert taken is not None and taken.text == "Mute our Bose Soundbar."
+    unheard = [same[0], ("What is the temperature of the heat pump?", -0.71, 11)]
+    assert choose("I mute our bowl sound bar.", -0.60, unheard, sentences, names) == taken
+    assert choose("I mute our bowl sound bar.", -0.60, [], sentences, names) is None
 
 
 def test_the_bar_is_nine_to_one():
@@ -49,11 +64,6 @@ def test_an_intent_says_which_slots_hold_free_text_without_changing_what_it_asks
 
 
 def test_home_assistants_matcher_says_which_slots_were_free_text():
-    from pathlib import Path
-
-    from edgeasr.home.names import load_home
-    from edgeasr.home.sentences import HomeSentences
-
     home = HomeSentences(load_home(Path(__file__).parent / "data" / "home.yaml"), "en")
     listed = home.recognize("add apples to my Groceries list")
     delayed = home.recognize("set a timer for 2 minutes in 30 seconds")

@@ -83,23 +83,12 @@ class CommandHearing:
         # the search looks for sentences within COMMAND_MARGIN; of those it finished below, a
         # near name's is still taken (searching down to NAME_MARGIN took more nonsense)
         sought = max(own - COMMAND_MARGIN, MIN_COMMAND_SCORE)
-        lowest = max(own - max(COMMAND_MARGIN, NAME_MARGIN), MIN_COMMAND_SCORE)
         # a command is about as long as what was heard: the search goes little further
         held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
                                                          batch=batch, floor=sought)
-        log.debug("the home's sentences %s against %.3f",
-                  [(self.tokenizer.decode(tokens).strip(), score) for tokens, score in held], own)
-        names = [said for name in vocabulary.names for said in name.spoken]
-        readings = []
-        for tokens, score in held:  # likeliest first
-            if score < lowest:
-                break
-            sentence = self.tokenizer.decode(tokens).strip()
-            near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
-            if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
-                    and (meant := sentences.recognize(sentence)) is not None):
-                readings.append((Heard(sentence, meant, score), score * (len(tokens) + 1)))
-        return _unambiguous(readings)
+        found = [(self.tokenizer.decode(tokens).strip(), score, len(tokens) + 1) for tokens, score in held]
+        log.debug("the home's sentences %s against %.3f", found, own)
+        return choose(text, own, found, sentences, [said for name in vocabulary.names for said in name.spoken])
 
     def search_for(self, graph: WordGraph) -> GrammarSearch:
         """The search of a graph, kept while its vocabulary is in use."""
@@ -115,14 +104,25 @@ def _has_letters(text: str) -> bool:
     return any(c.isalpha() for c in text)
 
 
-def _unambiguous(readings: list[tuple[Heard, float]]) -> Heard | None:
-    """The likeliest reading (each with its log-probability summed over its tokens), unless
-    one that asks something else of the home comes within AMBIGUOUS of it."""
-    if not readings:
-        return None
-    best, total = readings[0]
-    rival = next((t for heard, t in readings[1:] if heard.intent != best.intent), None)
-    if rival is not None and total - rival < AMBIGUOUS:
-        log.debug("%r and another command are alike likely: neither taken", best.text)
-        return None
-    return best
+def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences: Sentences,
+           names: list[str]) -> Heard | None:
+    """Of the home's sentences the search found for a window (each with its mean log-probability
+    per token and its tokens, likeliest first), the one `text`, as decoded and scored `own`, is
+    taken to mean; None when none may be taken or two that ask different things are alike likely."""
+    lowest = max(own - max(COMMAND_MARGIN, NAME_MARGIN), MIN_COMMAND_SCORE)
+    best: tuple[Heard, float] | None = None
+    for sentence, score, tokens in found:
+        if score < lowest:
+            break
+        total = score * tokens
+        if best is not None and total < best[1] - AMBIGUOUS:
+            continue  # no rival of the best: Home Assistant's matcher need not read it
+        near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
+        if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
+                and (meant := sentences.recognize(sentence)) is not None):
+            if best is None:
+                best = (Heard(sentence, meant, score), total)
+            elif meant != best[0].intent:
+                log.debug("%r and %r are alike likely: neither taken", best[0].text, sentence)
+                return None
+    return None if best is None else best[0]
