@@ -124,10 +124,12 @@ def test_no_command_becomes_another(assist):
 
 @pytest.mark.parametrize("clip_id", [i for i, _, _ in _dev_clips()] + list(SPOKEN))
 def test_what_home_assistant_does_with_the_reference_is_done(assist, clip_id):
-    _, judged, _ = assist
+    release, judged, _ = assist
     j = judged[clip_id]
     if j.verdict.outcome == NOT_APPLICABLE:
-        assert clip_id not in NAMELESS, f"{clip_id}: the satellite's area gave no context: {j.verdict.why}"
+        # releases with timers (2024.6+) understand a satellite's commands without a name too
+        assert not (release.has_timers and clip_id in NAMELESS), \
+            f"{clip_id}: the satellite's area gave no context: {j.verdict.why}"
         return  # Home Assistant does nothing with the reference itself (e.g. a question it has no answer for)
     assert j.verdict.outcome == RIGHT, _report(j)
     assert j.heard.stop_to_text_ms is not None

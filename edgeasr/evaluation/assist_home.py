@@ -252,7 +252,7 @@ def _sensor(c: _Config, e: HomeEntity) -> None:
 def _weather(c: _Config, e: HomeEntity) -> None:
     c.platform("weather", {"platform": "template", "name": e.name, "unique_id": e.unique_id,
                            "condition_template": "sunny", "temperature_template": str(OUTDOOR_TEMPERATURE),
-                           "humidity_template": "50", "temperature_unit": "°C"})
+                           "humidity_template": "{{ 50 }}", "temperature_unit": "°C"})
 
 
 def _scene(c: _Config, e: HomeEntity) -> None:
