@@ -22,7 +22,7 @@ import pytest
 from edgeasr.audio.files import load_audio
 from edgeasr.evaluation.assist_engines import Engine, edgeasr
 from edgeasr.evaluation.assist_hass import Release
-from edgeasr.evaluation.assist_home import home_from_file
+from edgeasr.evaluation.assist_home import home_from_files
 from edgeasr.evaluation.assist_judge import NOT_APPLICABLE, RIGHT, WRONG, Verdict, describe
 from edgeasr.evaluation.assist_runs import Heard
 from edgeasr.evaluation.assist_session import AssistSession
@@ -84,7 +84,7 @@ def _clips() -> list[Clip]:
 
 
 async def _judge_all(bundle: Path, workdir: Path) -> tuple[Release, dict[str, Judged], str]:
-    home = home_from_file(HOME)
+    home = home_from_files([HOME])
     async with AssistSession(HASS_VENV, home, workdir) as session:
         engine = Engine("edgeasr", "edgeasr", names=True)
         with edgeasr(engine, workdir, bundle, session.url, session.token_file) as server:

@@ -38,6 +38,14 @@ class Engine:
     names: bool  # reads the home's names from Home Assistant
 
 
+ENGINES = {
+    "edgeasr": Engine("edgeasr, no vocabulary", "edgeasr", names=False),
+    "edgeasr-names": Engine("edgeasr, names from Home Assistant", "edgeasr", names=True),
+    "faster-whisper": Engine("wyoming-faster-whisper, plain", "faster-whisper", names=False),
+    "faster-whisper-names": Engine("wyoming-faster-whisper, --hass-api", "faster-whisper", names=True),
+}
+
+
 class EngineProcess:
     """A started engine; a context manager that stops it."""
 
@@ -77,7 +85,7 @@ class EngineProcess:
 
 def edgeasr(engine: Engine, workdir: Path, bundle: Path | None, hass_url: str, token_file: Path) -> EngineProcess:
     port = free_port()
-    config: dict = {"state_dir": str(workdir / f"state-{port}"), "input": {"source": "none"},
+    config: dict = {"input": {"source": "none"},
                     "encoder": {"backend": "onnx"}, "wyoming": {"uri": f"tcp://127.0.0.1:{port}"},
                     "output": {"stdout": False}}
     if bundle is not None:

@@ -82,14 +82,20 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.casefold()).strip("_") or "x"
 
 
-def home_from_file(path: Path) -> AssistHome:
-    """The home file at `path` with each entity placed in an area (the module's docstring)."""
+def home_from_files(paths: list[Path]) -> AssistHome:
+    """The home files at `paths` as one home (a name in several counts once, the first), each
+    entity placed in an area (the module's docstring); the first file's first area is the
+    satellite's."""
     from edgeasr.home.names import load_home
+    from edgeasr.stages import Vocabulary
 
-    vocabulary = load_home(path, key="--home")
+    vocabulary = Vocabulary()
+    for path in paths:
+        vocabulary = vocabulary.merged(load_home(path, key="--home"))
     areas = tuple(n for n in vocabulary.names if n.kind == "area")
     if not areas:
-        raise ConfigError(f"--home: {path}: Home Assistant's home needs at least one area (the satellite's)")
+        raise ConfigError(f"--home: {', '.join(map(str, paths))}: Home Assistant's home needs at least one area "
+                          "(the satellite's)")
     entities = [n for n in vocabulary.names if n.kind == "entity"]
     skipped = sorted({n.domain or "?" for n in entities if n.domain not in BUILDERS})
     if skipped:

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 SATELLITE_NAME = "edgeasr satellite"
 TOKEN_DAYS = 1  # the long-lived token of a home that lives as long as the run
-PATHS = ("satellite", "run")  # how a clip reaches Home Assistant (the module's docstring)
 
 
 class AssistSession:
