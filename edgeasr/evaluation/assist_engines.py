@@ -12,20 +12,17 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from edgeasr.errors import DeviceError, ToolMissingError
-from edgeasr.evaluation.assist_hass import free_port
+from edgeasr.errors import ToolMissingError
+from edgeasr.evaluation.assist_hass import free_port, stop, wait_started
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 300.0  # a model loaded on a busy machine
-STOP_TIMEOUT_S = 15.0
-POLL_S = 0.5  # between looks at the port while it starts
 THREADS = 2  # wyoming-faster-whisper's CPU threads: the machine's cores
 
 
@@ -56,31 +53,23 @@ class EngineProcess:
 
     def __enter__(self) -> EngineProcess:
         with self.log_path.open("wb") as out:
-            self._proc = subprocess.Popen(self.argv, stdout=out,
-                                          stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
-            except OSError:
-                pass
-            try:  # a dying process ends the wait at once
-                code = self._proc.wait(timeout=POLL_S)
-                raise DeviceError(f"{self.engine.name} exited ({code}) while starting: see {self.log_path}")
-            except subprocess.TimeoutExpired:
-                pass
-        self.__exit__()
-        raise DeviceError(f"{self.engine.name} did not listen within {START_TIMEOUT_S:g} s: see {self.log_path}")
+            self._proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        try:
+            wait_started(self._proc, self._listening, self.engine.name, self.log_path, START_TIMEOUT_S)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def __exit__(self, *exc: object) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop(self._proc)
 
 
 def edgeasr(engine: Engine, workdir: Path, bundle: Path | None, hass_url: str, token_file: Path) -> EngineProcess:

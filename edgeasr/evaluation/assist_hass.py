@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -98,42 +98,50 @@ class HassProcess:
         self._proc = subprocess.Popen([str(self.hass), "-c", str(self.config_dir), "--skip-pip"],
                                       stdout=self._log, stderr=subprocess.STDOUT, env=env)
         try:
-            self._wait_listening()
+            wait_started(self._proc, self._answers, f"Home Assistant on {self.url}", self.config_dir / "hass.out",
+                         START_TIMEOUT_S)
         except BaseException:
             self.__exit__()
             raise
         return self
 
-    def _wait_listening(self) -> None:
-        assert self._proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise HomeAssistantFailed(f"Home Assistant exited ({self._proc.returncode}) while starting: "
-                                          f"see {self.config_dir / 'hass.out'}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/api/onboarding", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (OSError, urllib.error.URLError):
-                pass
-            try:  # the port is polled (nothing signals it), while a dying process ends the wait at once
-                self._proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
-        raise HomeAssistantFailed(f"Home Assistant did not listen on {self.url} within {START_TIMEOUT_S:g} s: "
-                                  f"see {self.config_dir / 'hass.out'}")
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/onboarding", timeout=2) as r:
+                return bool(r.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
 
     def __exit__(self, *exc: object) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop(self._proc)
         if self._log is not None:
             self._log.close()
+
+
+def wait_started(proc: subprocess.Popen, ready: Callable[[], bool], what: str, log_path: Path,
+                 timeout_s: float) -> None:
+    """Until `ready()` (a port polled: nothing signals it); DeviceError when `proc` exits first
+    or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise DeviceError(f"{what} did not start within {timeout_s:g} s: see {log_path}")
+        try:  # a dying process ends the wait at once
+            code = proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            continue
+        raise DeviceError(f"{what} exited ({code}) while starting: see {log_path}")
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """SIGTERM, then SIGKILL if it does not end within STOP_TIMEOUT_S."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def rest(url: str, path: str, body: Any = None, token: str | None = None, form: bool = False) -> Any:

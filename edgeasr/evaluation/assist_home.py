@@ -172,24 +172,24 @@ def _select(entity_id: str, option: str) -> list[dict]:
     return _set("input_select.select_option", entity_id, option=option)
 
 
+def _optimistic(c: _Config, e: HomeEntity, key: str, actions: tuple[str, ...], reset: str, **extra: Any) -> None:
+    """A template entity that keeps its own state (no value template), actions that do nothing."""
+    c.platform(e.domain, {"platform": "template", key: {e.object_id: {
+        "unique_id": e.unique_id, "friendly_name": e.name, **dict.fromkeys(actions, NOOP), **extra}}})
+    c.resets.append(Call(e.domain, reset, {"entity_id": f"{e.domain}.{e.object_id}"}))
+
+
 def _light(c: _Config, e: HomeEntity) -> None:
-    c.platform("light", {"platform": "template", "lights": {e.object_id: {
-        "unique_id": e.unique_id, "friendly_name": e.name, "turn_on": NOOP, "turn_off": NOOP,
-        "set_level": NOOP, "set_hs": NOOP, "set_temperature": NOOP}}})
-    c.resets.append(Call("light", "turn_off", {"entity_id": f"light.{e.object_id}"}))
+    _optimistic(c, e, "lights", ("turn_on", "turn_off", "set_level", "set_hs", "set_temperature"), "turn_off")
 
 
 def _switch(c: _Config, e: HomeEntity) -> None:
-    c.platform("switch", {"platform": "template", "switches": {e.object_id: {
-        "unique_id": e.unique_id, "friendly_name": e.name, "turn_on": NOOP, "turn_off": NOOP}}})
-    c.resets.append(Call("switch", "turn_off", {"entity_id": f"switch.{e.object_id}"}))
+    _optimistic(c, e, "switches", ("turn_on", "turn_off"), "turn_off")
 
 
 def _cover(c: _Config, e: HomeEntity) -> None:
-    c.platform("cover", {"platform": "template", "covers": {e.object_id: {
-        "unique_id": e.unique_id, "friendly_name": e.name, "optimistic": True, "open_cover": NOOP,
-        "close_cover": NOOP, "stop_cover": NOOP, "set_cover_position": NOOP}}})
-    c.resets.append(Call("cover", "close_cover", {"entity_id": f"cover.{e.object_id}"}))
+    _optimistic(c, e, "covers", ("open_cover", "close_cover", "stop_cover", "set_cover_position"), "close_cover",
+                optimistic=True)
 
 
 def _lock(c: _Config, e: HomeEntity) -> None:
@@ -201,10 +201,7 @@ def _lock(c: _Config, e: HomeEntity) -> None:
 
 
 def _fan(c: _Config, e: HomeEntity) -> None:
-    c.platform("fan", {"platform": "template", "fans": {e.object_id: {
-        "unique_id": e.unique_id, "friendly_name": e.name, "turn_on": NOOP, "turn_off": NOOP,
-        "set_percentage": NOOP, "speed_count": 10}}})
-    c.resets.append(Call("fan", "turn_off", {"entity_id": f"fan.{e.object_id}"}))
+    _optimistic(c, e, "fans", ("turn_on", "turn_off", "set_percentage"), "turn_off", speed_count=10)
 
 
 def _vacuum(c: _Config, e: HomeEntity) -> None:

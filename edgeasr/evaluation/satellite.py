@@ -86,7 +86,7 @@ class Satellite:
 
         return Info(satellite=SatelliteInfo(
             name=self.name, area=self.area, description="edgeasr's test satellite", installed=True,
-            attribution=Attribution(name="edgeasr", url="https://github.com/edgeasr"), version="1",
+            attribution=Attribution(name="edgeasr", url=""), version="1",
             has_vad=False)).event()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
