@@ -87,12 +87,11 @@ async def _judge_all(bundle: Path, workdir: Path) -> tuple[Release, dict[str, Ju
     home = home_from_files([HOME])
     async with AssistSession(HASS_VENV, home, workdir) as session:
         engine = Engine("edgeasr", "edgeasr", names=True)
-        with edgeasr(engine, workdir, bundle, session.url, session.token_file) as server:
-            pipeline = await session.add_stt(engine.name, server.port)
-            judged = {}
-            for clip in _clips():
-                oracle, heard, verdict = await session.judged(clip.pcm, clip.reference, pipeline, "satellite")
-                judged[clip.id] = Judged(clip, oracle, heard, verdict)
+        pipeline = await session.serve(edgeasr(engine, workdir, bundle, session.url, session.token_file))
+        judged = {}
+        for clip in _clips():
+            oracle, heard, verdict = await session.judged(clip.pcm, clip.reference, pipeline, "satellite")
+            judged[clip.id] = Judged(clip, oracle, heard, verdict)
         devices = await session.hass.call("config/device_registry/list")
         area = next(d["area_id"] for d in devices if d["id"] == session.device.device_id)
         return session.release, judged, area

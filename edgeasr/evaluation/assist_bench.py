@@ -7,7 +7,6 @@ machine slows them alike), judged against what Home Assistant does with the clip
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import subprocess
 import sys
@@ -80,25 +79,21 @@ async def run_bench(o: BenchOptions, clips: list[Clip]) -> dict[str, Any]:
 
     norm = normalizer(o.home.language)
     async with AssistSession(o.hass_venv, o.home, o.workdir) as session:
-        with contextlib.ExitStack() as stack:
-            pipelines = {}
-            for key in o.engines:
-                server = stack.enter_context(_process(key, o, session))
-                pipelines[key] = await session.add_stt(ENGINES[key].name, server.port)
-            utterances = []
-            for n, clip in enumerate(clips):
-                pcm = (np.clip(load_audio(clip.path, SAMPLE_RATE), -1.0, 1.0) * 32767).astype(np.int16)
-                turn = n % len(o.engines)
-                row: dict[str, Any] = {"dataset": clip.dataset, "id": clip.id, "reference": clip.reference,
-                                       "engines": {}}
-                for key in o.engines[turn:] + o.engines[:turn]:
-                    oracle, heard, verdict = await session.judged(pcm, clip.reference, pipelines[key], o.path)
-                    row["oracle"] = heard_json(oracle)
-                    row["engines"][key] = {**heard_json(heard), "outcome": verdict.outcome, "why": verdict.why,
-                                           "exact": norm(heard.text or "") == norm(clip.reference)}
-                log.info("%d/%d %s: %s", n + 1, len(clips), clip.id,
-                         ", ".join(f"{k} {v['outcome']}" for k, v in row["engines"].items()))
-                utterances.append(row)
+        pipelines = {key: await session.serve(_process(key, o, session)) for key in o.engines}
+        utterances = []
+        for n, clip in enumerate(clips):
+            pcm = (np.clip(load_audio(clip.path, SAMPLE_RATE), -1.0, 1.0) * 32767).astype(np.int16)
+            turn = n % len(o.engines)
+            row: dict[str, Any] = {"dataset": clip.dataset, "id": clip.id, "reference": clip.reference,
+                                   "engines": {}}
+            for key in o.engines[turn:] + o.engines[:turn]:
+                oracle, heard, verdict = await session.judged(pcm, clip.reference, pipelines[key], o.path)
+                row["oracle"] = heard_json(oracle)
+                row["engines"][key] = {**heard_json(heard), "outcome": verdict.outcome, "why": verdict.why,
+                                       "exact": norm(heard.text or "") == norm(clip.reference)}
+            log.info("%d/%d %s: %s", n + 1, len(clips), clip.id,
+                     ", ".join(f"{k} {v['outcome']}" for k, v in row["engines"].items()))
+            utterances.append(row)
         release = f"{session.hass.version} (Python of {o.hass_venv})"
     summaries = {ENGINES[k].name: summary([u["engines"][k] for u in utterances]) for k in o.engines}
     return {"home_assistant": release, "path": o.path, "summary": summaries, "table": markdown(summaries),

@@ -2,8 +2,8 @@
 
 `async with AssistSession(venv, home, workdir) as session`: Home Assistant started on a free
 loopback port with a fresh configuration, onboarded, the home made (assist_setup), the satellite
-serving and added in the home's first area. Then `add_stt(name, port)` adds a Wyoming
-speech-to-text service and its pipeline, `oracle(text)` and `hear(pcm, pipeline)` run a command
+serving and added in the home's first area. Then `serve(process)` starts a Wyoming
+speech-to-text server and adds it with its pipeline, `oracle(text)` and `hear(pcm, pipeline)` run a command
 from a home put back as it was, and `judged(...)` says how a clip went (assist_judge).
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeasr.evaluation.assist_engines import EngineProcess
 from edgeasr.evaluation.assist_hass import Hass, HassProcess, Release, free_port, onboard
 from edgeasr.evaluation.assist_home import AssistHome, configuration
 from edgeasr.evaluation.assist_judge import Verdict, judge
@@ -74,6 +75,12 @@ class AssistSession:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    async def serve(self, process: EngineProcess) -> str:
+        """A speech-to-text server started (off the event loop: the satellite answers Home
+        Assistant's pings meanwhile) and stopped with the session; its pipeline's id."""
+        await asyncio.to_thread(self._stack.enter_context, process)
+        return await self.add_stt(process.engine.name, process.port)
 
     async def add_stt(self, name: str, port: int) -> str:
         """The Wyoming speech-to-text service on 127.0.0.1:`port` and a pipeline with it: its id."""

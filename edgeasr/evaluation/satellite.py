@@ -32,6 +32,7 @@ SAMPLE_RATE = 16000
 SAMPLES_PER_CHUNK = 1024  # what Home Assistant's satellites send: 64 ms
 MAX_SILENCE_S = 4.0  # silence after the speech before the satellite gives up on Home Assistant's VAD
 CONNECT_TIMEOUT_S = 60.0  # Home Assistant connects within seconds of the config entry; it retries every 10 s
+ATTEMPTS = 2  # a command said again once when the connection drops under it
 TIMER_EVENTS = ("timer-started", "timer-updated", "timer-cancelled", "timer-finished")
 
 
@@ -147,13 +148,27 @@ class Satellite:
 
     async def command(self, pcm: np.ndarray) -> SatelliteCommand:
         """Say one command (16 kHz mono int16 samples) at real time, then silence until Home
-        Assistant has heard its end."""
+        Assistant has heard its end. Said again, once, if Home Assistant dropped the connection
+        meanwhile (it reconnects a satellite that missed its pings)."""
+        for attempt in range(ATTEMPTS):
+            await self.wait_ready()
+            home = self._home
+            assert home is not None
+            try:
+                return await self._say(home, pcm)
+            except ConnectionError:
+                if attempt + 1 == ATTEMPTS:
+                    raise
+                log.warning("Home Assistant dropped the satellite during a command: saying it again")
+                if self._home is home:  # until Home Assistant connects again
+                    self._home = None
+                    self.ready.clear()
+        raise AssertionError("unreachable")
+
+    async def _say(self, home: _Connection, pcm: np.ndarray) -> SatelliteCommand:
         from wyoming.audio import AudioChunk, AudioStop
         from wyoming.pipeline import PipelineStage, RunPipeline
 
-        await self.wait_ready()
-        home = self._home
-        assert home is not None
         command = self._command = SatelliteCommand()
         self._done.clear()
         await self._write(home, RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.HANDLE).event())
