@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / "tests" / "data" / "assist-home.yaml"
 DEV_COMMANDS = REPO.parent / "shared" / "eval" / "dev-commands"
 HASS_VENV = Path(os.environ.get("EDGEASR_TEST_HASS_VENV", REPO / ".venv-homeassistant"))
+PATH = "satellite"  # every clip said to the satellite, as a real one says it
 LEAD = 0.3  # silence before a spoken command, as in the command sets
 # said by piper: a satellite's commands that need its device (timers, its area) to be understood
 SPOKEN = {
@@ -90,7 +91,7 @@ async def _judge_all(bundle: Path, workdir: Path) -> tuple[Release, dict[str, Ju
         pipeline = await session.serve(edgeasr(engine, workdir, bundle, session.url, session.token_file))
         judged = {}
         for clip in _clips():
-            oracle, heard, verdict = await session.judged(clip.pcm, clip.reference, pipeline, "satellite")
+            oracle, heard, verdict = await session.judged(clip.pcm, clip.reference, pipeline, PATH)
             judged[clip.id] = Judged(clip, oracle, heard, verdict)
         devices = await session.hass.call("config/device_registry/list")
         area = next(d["area_id"] for d in devices if d["id"] == session.device.device_id)
