@@ -265,7 +265,8 @@ def _scene(c: _Config, e: HomeEntity) -> None:
 
 def _script(c: _Config, e: HomeEntity) -> None:
     done = c.flag(e, "ran")
-    c.top.setdefault("script", {})[e.object_id] = {"alias": e.name, "sequence": _set("input_boolean.turn_on", done)}
+    # a YAML script's unique_id is its key
+    c.top.setdefault("script", {})[e.unique_id] = {"alias": e.name, "sequence": _set("input_boolean.turn_on", done)}
 
 
 def _todo(c: _Config, e: HomeEntity) -> None:
