@@ -55,6 +55,8 @@ def test_not_applicable_when_the_oracle_fails_or_the_release_has_no_timers():
     refused = _heard("error", "Sorry, I am not aware of any area called play")
     verdict = judge(refused, refused, "play the beatles", True)
     assert verdict.outcome == NOT_APPLICABLE and "not aware" in verdict.why
+    # speech that is no command here, heard as one that acts: the worst outcome
+    assert judge(refused, _heard(changes=ON), "play the beatles", True).outcome == WRONG
     timer = _heard("action_done", "Timer set", timers=(("timer-started", 300),))
     assert judge(timer, timer, "set a timer for 5 minutes", False).why == "this release has no timers"
 

@@ -44,6 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--path", choices=PATHS, default="satellite",
                    help="satellite: each clip said to the satellite; run: assist_pipeline/run as its device")
     p.add_argument("--limit", type=int, default=0, help="only the first N clips of each set")
+    p.add_argument("--sample", type=int, default=0, help="N clips of each set, drawn alike on every run")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json", help="the summary and every clip")
     p.set_defaults(func=main)
 
@@ -87,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
         options = BenchOptions(args.hass_venv.resolve(), home_from_files(_homes(args)), engines, Path(work),
                                args.model, args.whisper_venv.resolve(),
                                _whisper_model(args.whisper_model) if whisper else Path(), args.path)
-        report = bench(options, read_clips(args.datasets, args.limit))
+        report = bench(options, read_clips(args.datasets, args.limit, args.sample))
     print(f"Home Assistant {report['home_assistant']}, clips through the {report['path']} path\n")
     print(report["table"])
     wrong = wrong_actions(report)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from edgeasr.evaluation.assist_session import AssistSession, heard_json
 
 log = logging.getLogger(__name__)
 
+SAMPLE_SEED = 36  # --sample draws the same clips on every run
 FASTER_WHISPER = ("wyoming-faster-whisper[hass]==3.8.1", "av<19")  # av 19 fails every request of 3.8.1
 
 
@@ -47,10 +49,19 @@ class BenchOptions:
     path: str  # "satellite" or "run"
 
 
-def read_clips(datasets: list[Path], limit: int) -> list[Clip]:
+def read_clips(datasets: list[Path], limit: int, sample: int = 0) -> list[Clip]:
+    """Each set's first `limit` clips, or `sample` of them drawn alike on every run (in the
+    set's order); all when both are 0."""
     from edgeasr.commands.bench import read_set
 
-    return [Clip(d.name, r["id"], r["reference"], d / r["file"]) for d in datasets for r in read_set(d, limit)]
+    clips = []
+    for d in datasets:
+        rows = read_set(d, limit)
+        if 0 < sample < len(rows):
+            kept = set(random.Random(SAMPLE_SEED).sample(range(len(rows)), sample))
+            rows = [r for i, r in enumerate(rows) if i in kept]
+        clips += [Clip(d.name, r["id"], r["reference"], d / r["file"]) for r in rows]
+    return clips
 
 
 def ensure_faster_whisper(venv: Path) -> None:

@@ -6,9 +6,11 @@ same spoken answer (clock times masked: a minute may pass between them), the hom
 changed the same way, and the satellite got the same timer events. Per clip:
 
 - right: the same as the oracle;
-- wrong: Home Assistant acted (or answered) otherwise than the oracle: the worst outcome;
+- wrong: Home Assistant acted (or answered) otherwise than the oracle, or acted where the oracle
+  does nothing (speech that is no command of this home became one): the worst outcome;
 - none: it did nothing (an error, not understood) where the oracle acted;
-- n/a: the oracle itself failed, or the release lacks what the command needs (timers before 2024.6).
+- n/a: the oracle itself failed and so did the run, or the release lacks what the command needs
+  (timers before 2024.6).
 """
 
 from __future__ import annotations
@@ -53,12 +55,18 @@ def judge(oracle: Heard, heard: Heard, reference: str, has_timers: bool) -> Verd
     if not has_timers and TIMER_WORDS.search(reference):
         return Verdict(NOT_APPLICABLE, "this release has no timers")
     if not acted(oracle):
+        if did_something(heard):  # a non-command (or a command this home lacks) became one
+            return Verdict(WRONG, f"the reference is not acted on; the text was: {describe(heard)}")
         return Verdict(NOT_APPLICABLE, f"the reference is not acted on: {speech_of(oracle) or oracle.error}")
     if action(heard) == action(oracle):
         return Verdict(RIGHT)
-    if not acted(heard) and not heard.changes and not heard.timers:
+    if not did_something(heard):
         return Verdict(NONE, speech_of(heard) or heard.error or "")
     return Verdict(WRONG, describe(heard))
+
+
+def did_something(heard: Heard) -> bool:
+    return acted(heard) or bool(heard.changes) or bool(heard.timers)
 
 
 def speech_of(heard: Heard) -> str:
