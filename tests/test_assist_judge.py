@@ -98,3 +98,10 @@ def test_a_home_without_areas_is_refused(tmp_path):
     bare.write_text("entities:\n  - {name: Lamp, domain: light}\n")
     with pytest.raises(ConfigError, match="at least one area"):
         home_from_files([bare])
+
+
+def test_bench_assist_names_a_bad_engine_and_a_set_without_a_home(tmp_path):
+    from edgeasr.cli import main
+
+    assert main(["bench-assist", "--dataset", str(tmp_path), "--home", str(HOME), "--engines", "whisper.cpp"]) == 64
+    assert main(["bench-assist", "--dataset", str(tmp_path)]) == 64  # no --home, and no home.yaml in the set
