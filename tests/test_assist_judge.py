@@ -48,6 +48,9 @@ def test_another_action_is_wrong_and_none_is_no_action():
 def test_a_timer_started_for_another_time_is_wrong():
     oracle = _heard("action_done", "Timer set", timers=(("timer-started", 300),))
     heard = _heard("action_done", "Timer set", timers=(("timer-started", 180),))
+    paused = _heard("action_done", "Timer paused", timers=(("timer-updated", False, 0),))
+    assert judge(paused, _heard("action_done", "Timer resumed", timers=(("timer-updated", True, 0),)),
+                 "pause timer", True).outcome == WRONG
     assert judge(oracle, heard, "set a timer for 5 minutes", True).outcome == WRONG
 
 
@@ -105,3 +108,27 @@ def test_bench_assist_names_a_bad_engine_and_a_set_without_a_home(tmp_path):
 
     assert main(["bench-assist", "--dataset", str(tmp_path), "--home", str(HOME), "--engines", "whisper.cpp"]) == 64
     assert main(["bench-assist", "--dataset", str(tmp_path)]) == 64  # no --home, and no home.yaml in the set
+
+
+def test_a_command_on_a_timer_or_a_paused_player_is_prepared_for():
+    from edgeasr.evaluation.assist_session import PREPARED_TIMER, preparation
+
+    assert preparation("set a timer for 5 minutes") == ()
+    assert preparation("pause timer") == (PREPARED_TIMER,)
+    assert preparation("how much time is left on the timer") == (PREPARED_TIMER,)
+    assert preparation("resume the timer") == (PREPARED_TIMER, "pause the timer")
+    assert preparation("resume the Kitchen HomePod") == ("pause",)
+    assert preparation("turn on the lamp") == ()
+
+
+def test_timer_events_compare_by_what_changed_not_by_when():
+    from edgeasr.evaluation.satellite import Satellite
+
+    satellite = Satellite("satellite", "Living Room", 0)
+    satellite.timers += [{"type": "timer-started", "id": "t", "total_seconds": 600, "at": 100.0},
+                         {"type": "timer-updated", "id": "t", "total_seconds": 592, "is_active": False, "at": 108.0},
+                         {"type": "timer-updated", "id": "t", "total_seconds": 592, "is_active": True, "at": 130.0},
+                         {"type": "timer-updated", "id": "t", "total_seconds": 888, "is_active": True, "at": 134.0},
+                         {"type": "timer-cancelled", "id": "t", "at": 140.0}]
+    assert satellite.timer_events(1) == (("timer-updated", False, 0), ("timer-updated", True, 0),
+                                         ("timer-updated", True, 300), ("timer-cancelled",))

@@ -48,8 +48,9 @@ SPOKEN = {
     "timer_3_hours_10": "set a timer for 3 hours and 10 minutes",
     "shopping_list": "add apples to my shopping list",
     "volume": "set the volume to 50 percent",
+    "pause_timer": "pause timer",  # a running timer first (assist_session.preparation)
 }
-TIMERS = {"timer_5_minutes", "timer_3_hours_10"}
+TIMERS = {"timer_5_minutes", "timer_3_hours_10", "pause_timer"}
 NAMELESS = {"pause", "next_track", "temperature", "lights_on", "volume"}
 
 
@@ -88,13 +89,13 @@ def _clips() -> list[Clip]:
     return clips
 
 
-async def _judge_all(bundle: Path, workdir: Path) -> tuple[Release, dict[str, Judged], str]:
+async def _judge_all(bundle: Path, workdir: Path, clips: list[Clip]) -> tuple[Release, dict[str, Judged], str]:
     home = home_from_files([HOME])
     async with AssistSession(HASS_VENV, home, workdir) as session:
         engine = Engine("edgeasr", "edgeasr", names=True)
         pipeline = await session.serve(edgeasr(engine, workdir, bundle, session.url, session.token_file))
         judged = {}
-        for clip in _clips():
+        for clip in clips:
             oracle, heard, verdict = await session.judged(clip.pcm, clip.reference, pipeline, PATH)
             judged[clip.id] = Judged(clip, oracle, heard, verdict)
         devices = await session.hass.call("config/device_registry/list")
@@ -106,7 +107,8 @@ async def _judge_all(bundle: Path, workdir: Path) -> tuple[Release, dict[str, Ju
 def assist(tiny_bundle, tmp_path_factory):
     assert (HASS_VENV / "bin" / "hass").is_file(), \
         f"no Home Assistant in {HASS_VENV}: bash packaging/setup-homeassistant.sh (setup-dev.sh --tests runs it)"
-    return asyncio.run(_judge_all(tiny_bundle, tmp_path_factory.mktemp("assist")))
+    clips = _clips()  # spoken before Home Assistant starts: the satellite must answer its pings meanwhile
+    return asyncio.run(_judge_all(tiny_bundle, tmp_path_factory.mktemp("assist"), clips))
 
 
 def _report(j: Judged) -> str:
@@ -145,6 +147,6 @@ def test_timers_are_judged_where_the_release_has_them(assist):
         j = judged[clip_id]
         if release.has_timers:
             assert j.verdict.outcome != NOT_APPLICABLE, f"{clip_id}: {j.verdict.why}"
-            assert [kind for kind, _ in j.oracle.timers] == ["timer-started"], j.verdict.why
+            assert j.oracle.timers and j.oracle.timers[0][0] in ("timer-started", "timer-updated"), j.verdict.why
         else:
             assert j.verdict == Verdict(NOT_APPLICABLE, "this release has no timers")

@@ -78,7 +78,7 @@ def describe(heard: Heard) -> str:
     parts = [f"{(heard.response or {}).get('response_type')}: {speech_of(heard)!r}"]
     parts += [f"{entity} -> {state[0]} {dict(state[1]) if state[1] else ''}".strip()
               for entity, state in sorted(heard.changes.items())]
-    parts += [f"{kind} {seconds} s" for kind, seconds in heard.timers]
+    parts += [" ".join(map(str, event)) for event in heard.timers]
     return "; ".join(parts)
 
 

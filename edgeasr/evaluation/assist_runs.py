@@ -40,7 +40,7 @@ class Heard:
     error: str | None  # the run's error event (code: message)
     stop_to_text_ms: float | None  # the end of the speech (Home Assistant's VAD, or audio's end) -> stt-end
     changes: dict[str, Any] = field(default_factory=dict)  # entity -> (state, watched attributes) after
-    timers: tuple[tuple[str, Any], ...] = ()  # timer events the satellite got: (type, total_seconds)
+    timers: tuple[tuple[Any, ...], ...] = ()  # timer events the satellite got (Satellite.timer_events)
 
 
 def _stamp(event: dict[str, Any]) -> float:

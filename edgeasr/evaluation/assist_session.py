@@ -3,8 +3,9 @@
 `async with AssistSession(venv, home, workdir) as session`: Home Assistant started on a free
 loopback port with a fresh configuration, onboarded, the home made (assist_setup), the satellite
 serving and added in the home's first area. Then `serve(process)` starts a Wyoming
-speech-to-text server and adds it with its pipeline, `oracle(text)` and `hear(pcm, pipeline)` run a command
-from a home put back as it was, and `judged(...)` says how a clip went (assist_judge).
+speech-to-text server and adds it with its pipeline; `oracle(text)` and `hear(pcm, pipeline,
+text)` run a command from a home put back as it was and prepared for it (`preparation`), and
+`judged(...)` says how a clip went (assist_judge).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import numpy as np
 from edgeasr.evaluation.assist_engines import EngineProcess
 from edgeasr.evaluation.assist_hass import Hass, HassProcess, Release, free_port, onboard
 from edgeasr.evaluation.assist_home import AssistHome, configuration
-from edgeasr.evaluation.assist_judge import Verdict, judge
+from edgeasr.evaluation.assist_judge import TIMER_WORDS, Verdict, judge
 from edgeasr.evaluation.assist_runs import Heard, Home, run_audio, run_satellite, run_text
 from edgeasr.evaluation.assist_setup import SatelliteDevice, add_pipeline, add_satellite, add_wyoming, make_home
 from edgeasr.evaluation.satellite import Satellite
@@ -29,6 +31,9 @@ from edgeasr.evaluation.satellite import Satellite
 log = logging.getLogger(__name__)
 
 SATELLITE_NAME = "edgeasr satellite"
+PREPARED_TIMER = "set a timer for 10 minutes"
+TIMER_STARTED = re.compile(r"\b(set|start)\b.*\btimer\b|\btimer for\b", re.IGNORECASE)
+RESUMING = re.compile(r"\b(unpause|resume|continue)\b", re.IGNORECASE)
 TOKEN_DAYS = 1  # the long-lived token of a home that lives as long as the run
 
 
@@ -95,30 +100,45 @@ class AssistSession:
             assert self._oracle_pipeline is not None, "add_stt first"
             pipeline = self._oracle_pipeline
             self._oracles[text] = await self._measured(lambda: run_text(self.hass, text, pipeline,
-                                                                        self.device.device_id), pipeline)
+                                                                        self.device.device_id), pipeline, text)
         return self._oracles[text]
 
-    async def hear(self, pcm: np.ndarray, pipeline: str, path: str = "satellite") -> Heard:
-        """A clip (16 kHz mono int16) said to the satellite, or sent as its device (`path`)."""
+    async def hear(self, pcm: np.ndarray, pipeline: str, reference: str, path: str = "satellite") -> Heard:
+        """A clip (16 kHz mono int16) of `reference` said to the satellite, or sent as its device
+        (`path`), from the home the reference needs."""
         if path == "satellite":
             await self.hass.call("assist_pipeline/pipeline/set_preferred", pipeline_id=pipeline)
             return await self._measured(lambda: run_satellite(self.hass, self.satellite, pcm, pipeline,
-                                                              self.device), pipeline)
-        return await self._measured(lambda: run_audio(self.hass, pcm, pipeline, self.device.device_id), pipeline)
+                                                              self.device), pipeline, reference)
+        return await self._measured(lambda: run_audio(self.hass, pcm, pipeline, self.device.device_id), pipeline,
+                                    reference)
 
-    async def _measured(self, run, pipeline: str) -> Heard:
-        before = await self._home.reset(self.device.device_id, pipeline)
+    async def _measured(self, run, pipeline: str, reference: str) -> Heard:
+        await self._home.reset(self.device.device_id, pipeline)
+        for text in preparation(reference):
+            await run_text(self.hass, text, pipeline, self.device.device_id)
+        before = await self._home.states()
         timers = len(self.satellite.timers)
         heard = await run()
         changes = await self._home.changes(before)
-        new = tuple((t["type"], t.get("total_seconds")) for t in self.satellite.timers[timers:])
-        return dataclasses.replace(heard, changes=changes, timers=new)
+        return dataclasses.replace(heard, changes=changes, timers=self.satellite.timer_events(timers))
 
     async def judged(self, pcm: np.ndarray, reference: str, pipeline: str, path: str = "satellite"
                      ) -> tuple[Heard, Heard, Verdict]:
         oracle = await self.oracle(reference)
-        heard = await self.hear(pcm, pipeline, path)
+        heard = await self.hear(pcm, pipeline, reference, path)
         return oracle, heard, judge(oracle, heard, reference, self.release.has_timers)
+
+
+def preparation(reference: str) -> tuple[str, ...]:
+    """What the satellite says before a command that acts on something a reset leaves out: a
+    running timer ("pause the timer", "how much time is left"), a paused one or a paused player
+    ("resume")."""
+    timer = bool(TIMER_WORDS.search(reference)) and not TIMER_STARTED.search(reference)
+    steps = [PREPARED_TIMER] if timer else []
+    if RESUMING.search(reference):
+        steps.append("pause the timer" if timer else "pause")
+    return tuple(steps)
 
 
 def heard_json(heard: Heard) -> dict[str, Any]:

@@ -32,6 +32,7 @@ SAMPLE_RATE = 16000
 SAMPLES_PER_CHUNK = 1024  # what Home Assistant's satellites send: 64 ms
 MAX_SILENCE_S = 4.0  # silence after the speech before the satellite gives up on Home Assistant's VAD
 CONNECT_TIMEOUT_S = 60.0  # Home Assistant connects within seconds of the config entry; it retries every 10 s
+TIMER_SLACK_S = 5  # a timer's seconds compared to within this (events come a moment apart)
 ATTEMPTS = 2  # a command said again once when the connection drops under it
 TIMER_EVENTS = ("timer-started", "timer-updated", "timer-cancelled", "timer-finished")
 
@@ -119,7 +120,7 @@ class Satellite:
         elif kind == "ping":
             await self._write(connection, Event("pong", {"text": data.get("text")}))
         elif kind in TIMER_EVENTS:
-            self.timers.append({"type": kind, **data})
+            self.timers.append({"type": kind, "at": time.monotonic(), **data})
         elif self._command is not None:
             self._command_event(kind, data)
 
@@ -141,6 +142,28 @@ class Satellite:
 
         async with connection.lock:
             await async_write_event(event, connection.writer)
+
+    def timer_events(self, start: int) -> tuple[tuple[Any, ...], ...]:
+        """The timer events from the `start`th on, comparable across runs: a start with its
+        seconds; an update with whether the timer runs and the seconds it gained or lost beyond
+        the time that passed since its last event (rounded to TIMER_SLACK_S); a cancel, a finish."""
+        last: dict[str, tuple[float, float, bool]] = {}  # id -> seconds left, when, running
+        found = []
+        for n, t in enumerate(self.timers):
+            left, at, running = last.get(t.get("id", ""), (0.0, t["at"], False))
+            if t["type"] == "timer-started":
+                event: tuple[Any, ...] = (t["type"], t["total_seconds"])
+                last[t["id"]] = (t["total_seconds"], t["at"], True)
+            elif t["type"] == "timer-updated":
+                expected = left - (t["at"] - at if running else 0.0)
+                change = TIMER_SLACK_S * round((t["total_seconds"] - expected) / TIMER_SLACK_S)
+                event = (t["type"], t["is_active"], change)
+                last[t["id"]] = (t["total_seconds"], t["at"], t["is_active"])
+            else:
+                event = (t["type"],)
+            if n >= start:
+                found.append(event)
+        return tuple(found)
 
     async def wait_ready(self) -> None:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
