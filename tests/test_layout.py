@@ -10,7 +10,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeasr"
 STAGES = ("audio", "asr", "output", "wyoming", "home")  # each imports only the core and itself
-TOOLS = ("commands", "models")  # entry points and model preparation: never imported at run time
+# entry points, model preparation and measuring: never imported at run time
+TOOLS = ("commands", "models", "evaluation")
 ROOTS = ("daemon", "cli", "__main__")  # the wiring: may import every stage
 
 

@@ -1,0 +1,1 @@
+"""Measuring edgeasr: benchmarks, scoring and the harnesses they run in."""

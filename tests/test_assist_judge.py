@@ -1,0 +1,134 @@
+"""The Home Assistant harness's pure parts: how a home file becomes Home Assistant's
+configuration, and how a run is judged against the oracle (tests/test_assist_real.py runs them
+against a real Home Assistant)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeasr.errors import ConfigError
+from edgeasr.evaluation.assist_home import configuration, home_from_files
+from edgeasr.evaluation.assist_judge import NONE, NOT_APPLICABLE, RIGHT, WRONG, judge, markdown, summary
+from edgeasr.evaluation.assist_runs import Heard, heard_from
+
+HOME = Path(__file__).parent / "data" / "home.yaml"
+
+
+def _response(kind: str, speech: str, *targets: str) -> dict:
+    return {"response_type": kind, "speech": {"plain": {"speech": speech}},
+            "data": {"success": [{"id": t} for t in targets], "failed": []}}
+
+
+def _heard(kind: str = "action_done", speech: str = "Turned on the light", *targets: str, changes=None,
+           timers=()) -> Heard:
+    return Heard("text", _response(kind, speech, *targets), None, 5.0, changes or {}, timers)
+
+
+ON = {"light.lamp": ("on", ())}
+
+
+def test_the_same_action_is_right_and_a_clock_time_may_move():
+    assert judge(_heard(changes=ON), _heard(changes=ON), "turn on the lamp", True).outcome == RIGHT
+    assert judge(_heard("action_done", "4:35 PM"), _heard("action_done", "4:36 PM"), "what time is it",
+                 True).outcome == RIGHT
+
+
+def test_another_action_is_wrong_and_none_is_no_action():
+    oracle = _heard("action_done", "Turned on the light", "light.lamp", changes=ON)
+    other = _heard("action_done", "Turned on the light", "light.desk", changes={"light.desk": ("on", ())})
+    assert judge(oracle, other, "turn on the lamp", True).outcome == WRONG
+    told_time = _heard("action_done", "4:35 PM")
+    assert judge(_heard("action_done", "Paused"), told_time, "pause timer", True).outcome == WRONG
+    refused = _heard("error", "Sorry, I couldn't understand that")
+    assert judge(oracle, refused, "turn on the lamp", True).outcome == NONE
+
+
+def test_a_timer_started_for_another_time_is_wrong():
+    oracle = _heard("action_done", "Timer set", timers=(("timer-started", 300),))
+    heard = _heard("action_done", "Timer set", timers=(("timer-started", 180),))
+    paused = _heard("action_done", "Timer paused", timers=(("timer-updated", False, 0),))
+    assert judge(paused, _heard("action_done", "Timer resumed", timers=(("timer-updated", True, 0),)),
+                 "pause timer", True).outcome == WRONG
+    assert judge(oracle, heard, "set a timer for 5 minutes", True).outcome == WRONG
+
+
+def test_not_applicable_when_the_oracle_fails_or_the_release_has_no_timers():
+    refused = _heard("error", "Sorry, I am not aware of any area called play")
+    verdict = judge(refused, refused, "play the beatles", True)
+    assert verdict.outcome == NOT_APPLICABLE and "not aware" in verdict.why
+    # speech that is no command here, heard as one that acts: the worst outcome
+    assert judge(refused, _heard(changes=ON), "play the beatles", True).outcome == WRONG
+    timer = _heard("action_done", "Timer set", timers=(("timer-started", 300),))
+    assert judge(timer, timer, "set a timer for 5 minutes", False).why == "this release has no timers"
+
+
+def test_the_table_counts_and_the_latency_is_from_the_end_of_speech():
+    events = [{"type": "stt-vad-end", "timestamp": "2026-01-01T00:00:01.000+00:00", "data": {}},
+              {"type": "stt-end", "timestamp": "2026-01-01T00:00:01.250+00:00", "data": {"stt_output": {"text": "Hi"}}},
+              {"type": "intent-end", "timestamp": "2026-01-01T00:00:01.300+00:00",
+               "data": {"intent_output": {"response": _response("action_done", "Done")}}}]
+    heard = heard_from(events)
+    assert heard.text == "Hi" and heard.stop_to_text_ms == pytest.approx(250.0)
+    rows = [{"exact": True, "outcome": RIGHT, "stop_to_text_ms": 250.0},
+            {"exact": False, "outcome": WRONG, "stop_to_text_ms": 100.0},
+            {"exact": False, "outcome": NOT_APPLICABLE, "stop_to_text_ms": None}]
+    s = summary(rows)
+    assert (s["text_exact"], s[RIGHT], s[WRONG], s["judged"], s["stop_to_text_ms_median"]) == (1, 1, 1, 2, 250.0)
+    assert "| edgeasr | 1 / 3 | 1 / 2 | 1 | 0 | 1 |" in markdown({"edgeasr": s})
+
+
+def test_every_entity_gets_an_area_and_the_satellites_area_one_of_each_kind():
+    home = home_from_files([HOME])
+    by_name = {e.name: e for e in home.entities}
+    assert home.satellite_area == "Living Room"
+    assert by_name["Kitchen Pendants"].area == "Kitchen"  # named after its area
+    for domain in ("light", "climate", "media_player", "cover"):
+        assert any(e.domain == domain and e.area == "Living Room" for e in home.entities), domain
+    assert "Husqvarna Automower" not in by_name  # no offline platform for lawn_mower
+
+
+def test_the_configuration_serves_loopback_only_and_resets_what_commands_change():
+    config, resets = configuration(home_from_files([HOME]), 8123)
+    assert config["http"] == {"server_host": "127.0.0.1", "server_port": 8123}
+    assert "default_config" not in config and "cloud" not in config
+    assert any(r.domain == "light" and r.data == {"entity_id": "light.hue_go"} for r in resets)
+
+
+def test_a_home_without_areas_is_refused(tmp_path):
+    bare = tmp_path / "home.yaml"
+    bare.write_text("entities:\n  - {name: Lamp, domain: light}\n")
+    with pytest.raises(ConfigError, match="at least one area"):
+        home_from_files([bare])
+
+
+def test_bench_assist_names_a_bad_engine_and_a_set_without_a_home(tmp_path):
+    from edgeasr.cli import main
+
+    assert main(["bench-assist", "--dataset", str(tmp_path), "--home", str(HOME), "--engines", "whisper.cpp"]) == 64
+    assert main(["bench-assist", "--dataset", str(tmp_path)]) == 64  # no --home, and no home.yaml in the set
+
+
+def test_a_command_on_a_timer_or_a_paused_player_is_prepared_for():
+    from edgeasr.evaluation.assist_session import PREPARED_TIMER, preparation
+
+    assert preparation("set a timer for 5 minutes") == ()
+    assert preparation("pause timer") == (PREPARED_TIMER,)
+    assert preparation("how much time is left on the timer") == (PREPARED_TIMER,)
+    assert preparation("resume the timer") == (PREPARED_TIMER, "pause the timer")
+    assert preparation("resume the Kitchen HomePod") == ("pause",)
+    assert preparation("turn on the lamp") == ()
+
+
+def test_timer_events_compare_by_what_changed_not_by_when():
+    from edgeasr.evaluation.satellite import Satellite
+
+    satellite = Satellite("satellite", "Living Room", 0)
+    satellite.timers += [{"type": "timer-started", "id": "t", "total_seconds": 600, "at": 100.0},
+                         {"type": "timer-updated", "id": "t", "total_seconds": 592, "is_active": False, "at": 108.0},
+                         {"type": "timer-updated", "id": "t", "total_seconds": 592, "is_active": True, "at": 130.0},
+                         {"type": "timer-updated", "id": "t", "total_seconds": 888, "is_active": True, "at": 134.0},
+                         {"type": "timer-cancelled", "id": "t", "at": 140.0}]
+    assert satellite.timer_events(1) == (("timer-updated", False, 0), ("timer-updated", True, 0),
+                                         ("timer-updated", True, 300), ("timer-cancelled",))
