@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeasr.models.scoring import Scorer, Utterance
+from edgeasr.evaluation.scoring import Scorer, Utterance
 
 if TYPE_CHECKING:
     from edgeasr.asr.decoding import DecodingOptions
@@ -173,9 +173,9 @@ def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
     """The table for the configured bundle as the daemon builds its engine (the CPU encoder)."""
     from edgeasr.asr.engine import build_engine
     from edgeasr.audio.segmenter import PauseFinder
-    from edgeasr.models.calibrate import CachedEncoder
+    from edgeasr.evaluation.calibration import CachedEncoder
+    from edgeasr.evaluation.scoring import read_pool
     from edgeasr.models.default import open_bundle
-    from edgeasr.models.scoring import read_pool
 
     bundle = open_bundle(cfg)
     language = cfg.model.language

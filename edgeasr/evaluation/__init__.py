@@ -1,0 +1,1 @@
+"""Measuring the engine: evaluation sets, their scores, the benchmarks and the decoding calibration."""
