@@ -29,6 +29,8 @@ def _engine_row(bundle, args, row: str):
     from edgeasr.asr.decoding import DecoderSession
     from edgeasr.asr.encoder import OnnxEncoder
     from edgeasr.asr.engine import build_engine, decoding_options
+    from edgeasr.asr.engine_options import EngineOptions
+    from edgeasr.asr.sessions import EngineSessions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.segmenter import PauseFinder
 
@@ -39,9 +41,9 @@ def _engine_row(bundle, args, row: str):
         audio = dataclasses.replace(bundle.audio, window_s=full * 2 * bundle.audio.hop_length
                                     / bundle.audio.sample_rate, n_frames=full * 2, n_positions=full)
         b30 = dataclasses.replace(bundle, audio=audio)
-        return Transcriber(b30, OnnxEncoder(bundle, "fp32", args.threads, role="encoder_30s"),
-                           DecoderSession(bundle, "fp32", args.threads),
-                           decoding_options(cfg.model, cfg.decoder, bundle))
+        sessions = EngineSessions(b30, OnnxEncoder(bundle, "fp32", args.threads, role="encoder_30s"),
+                                  DecoderSession(bundle, "fp32", args.threads), "fp32", args.threads)
+        return Transcriber(sessions, EngineOptions(decoding_options(cfg.model, cfg.decoder, bundle)))
     return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
 
 

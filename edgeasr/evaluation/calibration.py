@@ -105,14 +105,16 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
     from edgeasr.asr.decoding import DecoderSession, preset_options
     from edgeasr.asr.encoder import OnnxEncoder
     from edgeasr.asr.engine import gates, single_threaded_blas
+    from edgeasr.asr.engine_options import EngineOptions
+    from edgeasr.asr.sessions import EngineSessions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.config import DecoderConfig, VadOptions
 
     single_threaded_blas()
     scorer = Scorer(pool, bundle.audio.window_s, language=language or "en")
-    encoder = CachedEncoder(OnnxEncoder(bundle, "int8", threads))
-    decoder = DecoderSession(bundle, "int8", threads)
+    sessions = EngineSessions(bundle, CachedEncoder(OnnxEncoder(bundle, "int8", threads)),
+                              DecoderSession(bundle, "int8", threads), "int8", threads)
     decoded: dict[str, Hyps] = {}
 
     def decode(values: dict) -> Hyps:
@@ -120,8 +122,8 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
         if key not in decoded:
             options = preset_options(None, values, language=language)  # as the runtime reads a manifest
             config = DecoderConfig()
-            engine = Transcriber(bundle, encoder, decoder, options, gates(config), config.on_gate_fail,
-                                 pauses=PauseFinder(VadOptions()))
+            engine = Transcriber(sessions, EngineOptions(options, gates(config), config.on_gate_fail),
+                                 PauseFinder(VadOptions()))
             decoded[key] = [engine.transcribe(u.audio).text for u in pool]
         return decoded[key]
 

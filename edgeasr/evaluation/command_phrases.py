@@ -68,10 +68,10 @@ FRENCH_NOT_COMMANDS = (
 )
 
 # commands as people most often say them (Home Assistant's documented example sentences), for a
-# set of TTS commands of the kind people record (--everyday: the issue's "TTS commands" beside
-# its recorded ones; the templates' sampled sentences are rarer phrasings). {light}: one of the
-# home's entities of that domain; {area}: one of its areas. A line whose sentence Home Assistant's
-# matcher does not find with the home (a domain it lacks) is not said.
+# set of TTS commands of the kind people record (--everyday; the templates' sampled sentences
+# are rarer phrasings). {light}: one of the home's entities of that domain; {area}: one of its
+# areas. A line whose sentence Home Assistant's matcher does not find with the home (a domain
+# it lacks) is not said.
 EVERYDAY = (
     "turn on the {light}", "turn off the {light}", "turn on the lights in the {area}", "turn off the {area} lights",
     "set the {light} brightness to {percent} percent", "switch on the {switch}", "turn off the {switch}",

@@ -123,7 +123,7 @@ def plan(sentences: HomeSentences, count: int, seed: int) -> list[Line]:
 
 def plan_everyday(sentences: HomeSentences, names: Iterable[HomeName], count: int, seed: int) -> list[Line]:
     """`count` different lines of EVERYDAY, each frame in turn with names drawn at random, spoken
-    by piper clean: what the issue calls TTS commands, the kind of sentences people record."""
+    by piper clean: TTS commands of the kind of sentences people record."""
     rng = random.Random(seed)
     said: dict[str, list[str]] = {k: [str(v) for v in values] for k, values in EVERYDAY_NUMBERS.items()}
     for n in names:

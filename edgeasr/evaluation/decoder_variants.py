@@ -1,7 +1,7 @@
 """Greedy decoding against the beam, and the cost of word timestamps (`edgeasr bench-decoder`).
 
-One process, one engine: its decoder is switched between greedy decoding and beams of the
-sizes asked for (`Transcriber.decode`), and its word aligner on and off. Every utterance is
+One process, one engine's sessions: an engine is built on them for greedy decoding, for each
+beam size asked for, and for greedy decoding with word timestamps. Every utterance is
 transcribed by every variant in turn, the order rotating from one utterance to the next, so
 that a busy spell of a shared machine slows them alike; ratios are medians of the
 per-utterance ratios against greedy. Reported per variant: WER and CER (Whisper's English
@@ -12,22 +12,19 @@ the words variant the alignment's ms per window.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from edgeasr.evaluation.runs import read_set, row_config
 
 GREEDY, WORDS = "greedy", "greedy+words"
 
 
-def _variants(engine, bundle, beams: list[int], threads: int) -> dict:
-    """name -> (decode hook, aligner) on the one engine."""
-    from edgeasr.asr.beam import BeamDecoder
-    from edgeasr.asr.decoding import decode_window
-    from edgeasr.asr.words import WordAligner
-
-    aligner = WordAligner(bundle, engine.decoder, "int8", threads)
-    out = {GREEDY: (decode_window, None), WORDS: (decode_window, aligner)}
+def _variants(engine, beams: list[int]) -> dict:
+    """name -> an engine built from the engine's options with that decoding, on its sessions."""
+    out = {GREEDY: engine.variant(replace(engine.options, beam_size=1, words=False)),
+           WORDS: engine.variant(replace(engine.options, beam_size=1, words=True))}
     for size in beams:
-        out[f"beam{size}"] = (BeamDecoder(bundle, engine.decoder, size, "int8", threads), None)
+        out[f"beam{size}"] = engine.variant(replace(engine.options, beam_size=size, words=False))
     return out
 
 
@@ -50,15 +47,14 @@ def run(args) -> dict:
     bundle = open_bundle(cfg)
     engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
     beams = [int(b) for b in args.beams.split(",") if b]
-    variants = _variants(engine, bundle, beams, args.threads)
+    variants = _variants(engine, beams)
     names = list(variants)
     utterances = read_set(args.set_dir, args.limit)
     rows: dict[str, list[dict]] = {name: [] for name in names}
     for k, u in enumerate([utterances[0], *utterances]):  # the first one twice: a warm-up
         audio = load_audio(args.set_dir / u["file"], bundle.audio.sample_rate)
         for name in names[k % len(names):] + names[: k % len(names)]:
-            engine.decode, engine.aligner = variants[name]
-            r = engine.transcribe(audio)
+            r = variants[name].transcribe(audio)
             if k:
                 rows[name].append({"text": r.text, "windows": r.windows,
                                    "decoder_ms": r.timings_ms["decoder"], "words_ms": r.timings_ms.get("words", 0.0)})

@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -139,13 +139,8 @@ def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray
     }
 
     def hearing_by(means: frozenset[str]) -> Callable[[np.ndarray, Home], str]:
-        def run(audio: np.ndarray, home: Home) -> str:
-            engine.hearing = means
-            try:
-                return engine.transcribe(audio, language=home.language, vocabulary=home.vocabulary).text
-            finally:
-                engine.hearing = frozenset(MEANS)
-        return run
+        heard = engine.variant(replace(engine.options, hearing=means))  # on the engine's sessions
+        return lambda audio, home: heard.transcribe(audio, language=home.language, vocabulary=home.vocabulary).text
 
     runners.update({r: hearing_by(m) for r in rows if r not in runners and (m := means_of(r)) is not None})
     if any(r.startswith("faster-whisper") for r in rows):
