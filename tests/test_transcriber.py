@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -105,6 +106,14 @@ def test_no_thread_spins_once_the_audio_is_done(engine, dev_dir):
 def test_silence_gives_no_text(engine):
     result = engine.transcribe(np.zeros(16000 * 4, np.float32))
     assert result.text == ""
+
+
+def test_an_engine_is_built_whole_and_a_variant_shares_its_sessions(engine):
+    with pytest.raises(AttributeError, match="built whole"):
+        engine.options = replace(engine.options, beam_size=3)
+    greedy = engine.variant(replace(engine.options, on_gate_fail="drop"))
+    assert greedy.sessions is engine.sessions and greedy.options.on_gate_fail == "drop"
+    assert engine.options.on_gate_fail == "retry"
 
 
 def test_noise_is_dropped_by_the_gates(engine):

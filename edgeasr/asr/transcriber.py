@@ -86,6 +86,12 @@ class Transcriber:
                          if sentences is not None and "grammar" in options.hearing else None)
         self._keyterms = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
             lambda vocabulary: keyterms(vocabulary, s.tokenizer.encode))
+        self._built = True
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_built", False):
+            raise AttributeError(f"an engine is built whole: build a variant instead of setting {name}")
+        super().__setattr__(name, value)
 
     def variant(self, options: EngineOptions) -> Transcriber:
         """This engine with other options, on the same sessions; its gate failures count here too."""
