@@ -20,7 +20,7 @@ from edgeasr.errors import EdgeAsrError
 COMMAND_MODULES = (
     "edgeasr.commands.transcribe",
     "edgeasr.commands.bench",
-    "edgeasr.models.commands",
+    "edgeasr.commands.models",
     "edgeasr.commands.check",
     "edgeasr.commands.devices",
     "edgeasr.commands.bench_wyoming",

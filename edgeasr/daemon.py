@@ -133,9 +133,8 @@ def engine_for(cfg: Config, bundle: Bundle, words: bool = False) -> Transcriber:
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.home.sentences import sentences_for_engine
 
-    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad), words=words)
-    engine.sentences = sentences_for_engine(cfg)
-    return engine
+    return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad), words=words,
+                        sentences=sentences_for_engine(cfg))
 
 
 def build_pipeline(cfg: Config, bundle: Bundle, worker: Worker, outputs: Outputs,
@@ -382,7 +381,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, lambda signum, frame: self._reload.set())
     def reload(self) -> None:
         """SIGHUP: apply the live keys of the file as it is now, compared with what runs."""
-        from edgeasr.asr.engine import reconfigure
+        from edgeasr.asr.engine import reconfigured
 
         if self.reload_config is None:
             log.warning("SIGHUP: no configuration file to reload")
@@ -396,7 +395,8 @@ class Daemon:
         live = set(live_keys())
         self.cfg = with_live(self.cfg, new)
         logging.getLogger().setLevel(self.cfg.log.level)
-        reconfigure(self.engine, self.cfg.model, self.cfg.decoder)
+        # a new engine on the same sessions: the worker's next job runs on it
+        self.engine = self.worker.engine = reconfigured(self.engine, self.cfg.model, self.cfg.decoder)
         try:  # the home file may have changed though no key did
             self.vocabulary.reload(self.cfg.vocabulary)
         except EdgeAsrError as exc:

@@ -98,9 +98,10 @@ def base_bundle(tmp_path_factory) -> Path:
     return out
 
 
-def make_engine(bundle_dir: Path, **keys):
+def make_engine(bundle_dir: Path, sentences=None, **keys):
     """The engine as the daemon builds it, from default config sections plus dotted `keys`
-    (e.g. make_engine(b, **{"decoder.preset": "conservative"})); the CPU encoder."""
+    (e.g. make_engine(b, **{"decoder.preset": "conservative"})); the CPU encoder. `sentences`:
+    the home's sentences it reads commands with (home.sentences.sentences_for)."""
     from edgeasr.asr.engine import build_engine
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.bundle import load_bundle
@@ -108,7 +109,7 @@ def make_engine(bundle_dir: Path, **keys):
 
     cfg = load_config(None, {"encoder.backend": "onnx", **keys})
     return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
-                        words=cfg.output.words)
+                        words=cfg.output.words, sentences=sentences)
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,9 @@ from conftest import make_engine, normalize
 
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import MANIFEST, load_bundle
-from edgeasr.models.calibrate import KNOWN, START, apply_known, better, descend
-from edgeasr.models.scoring import Scorer, Utterance
+from edgeasr.evaluation.calibration import START, better, descend
+from edgeasr.evaluation.scoring import Scorer, Utterance
+from edgeasr.models.known_decoding import KNOWN, apply_known
 
 pytestmark = pytest.mark.model
 
@@ -131,15 +132,15 @@ def test_calibrated_settings_are_read_from_the_manifest(tiny_bundle, tmp_path):
                                        "condition_on_previous_text": True}}
     (copy / MANIFEST).write_text(json.dumps(manifest))
     engine = make_engine(copy)
-    o = engine.options
+    o = engine.options.decoding
     assert (o.encoder_padding, o.repetition_penalty, o.eos_threshold, o.condition_on_previous_text) == (0, 1.1, None, True)
-    assert engine.on_gate_fail == "retry"  # not calibrated: never empty for speech
+    assert engine.options.on_gate_fail == "retry"  # not calibrated: never empty for speech
     overridden = make_engine(copy, **{"decoder.repetition_penalty": 1.2, "decoder.on_gate_fail": "drop"})
-    assert overridden.options.repetition_penalty == 1.2 and overridden.on_gate_fail == "drop"
-    assert make_engine(copy, **{"decoder.preset": "balanced"}).options.encoder_padding == 700
+    assert overridden.options.decoding.repetition_penalty == 1.2 and overridden.options.on_gate_fail == "drop"
+    assert make_engine(copy, **{"decoder.preset": "balanced"}).options.decoding.encoder_padding == 700
     manifest.pop("decoding")
     (copy / MANIFEST).write_text(json.dumps(manifest))
-    plain = make_engine(copy).options  # no calibration: plain greedy decoding, as trained
+    plain = make_engine(copy).options.decoding  # no calibration: plain greedy decoding, as trained
     assert (plain.encoder_padding, plain.repetition_penalty, plain.eos_threshold) == (1500, 1.0, None)
 
 

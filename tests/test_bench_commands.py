@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from edgeasr.cli import main
-from edgeasr.commands.bench_commands import ALL, means_of, read_items, same_intent
 from edgeasr.errors import UsageError
-from edgeasr.models.command_set import intent_from_json
-from edgeasr.models.scoring import normalizer, read_manifest
+from edgeasr.evaluation.command_set import intent_from_json
+from edgeasr.evaluation.scoring import normalizer, read_manifest
+from edgeasr.evaluation.voice_commands import ALL, means_of, read_items, same_intent
 from edgeasr.stages import Intent
 
 DATA = Path(__file__).parent / "data"

@@ -12,28 +12,19 @@ import soundfile
 
 from edgeasr.cli import main
 from edgeasr.errors import AudioError, UsageError
-from edgeasr.home.names import load_home
-from edgeasr.home.sentences import HomeSentences
-from edgeasr.models.command_set import (
-    CLEAN_STREAM,
+from edgeasr.evaluation.command_phrases import ESPEAK_GROUPS, GROUPS, LANGUAGES, language_of
+from edgeasr.evaluation.command_set import (
     COLUMNS,
-    ESPEAK_GROUPS,
-    GROUPS,
     HOME_FILE,
-    LANGUAGES,
-    NOISE_DIR,
-    NOISY_STREAM,
-    PAD_S,
-    SAMPLE_RATE,
     group_sizes,
     intent_from_json,
     intent_json,
-    language_of,
-    mix,
     plan,
     plan_everyday,
-    read_noise,
 )
+from edgeasr.evaluation.voices import CLEAN_STREAM, NOISE_DIR, NOISY_STREAM, PAD_S, SAMPLE_RATE, mix, read_noise
+from edgeasr.home.names import load_home
+from edgeasr.home.sentences import HomeSentences
 from edgeasr.stages import Intent
 
 HOME = Path(__file__).parent / "data" / "home.yaml"

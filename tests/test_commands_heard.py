@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +25,9 @@ from wyoming.client import AsyncClient
 from edgeasr.asr import logits as rules
 from edgeasr.asr.decoding import prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
-from edgeasr.asr.vocabulary import MEANS
+from edgeasr.evaluation.voices import Speakers, Voice
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
-from edgeasr.models.command_set import Speakers, Voice
 from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,9 +43,7 @@ def speakers():
 
 @pytest.fixture(scope="module")
 def tiny(tiny_default_bundle):
-    engine = make_engine(tiny_default_bundle)
-    engine.sentences = sentences_for
-    return engine
+    return make_engine(tiny_default_bundle, sentences=sentences_for)
 
 
 def said(speakers, text: str, voice: Voice = JOE) -> np.ndarray:
@@ -92,9 +90,9 @@ def test_the_boost_favours_a_name_under_way_and_its_first_token():
 def test_the_decoder_finds_what_was_said_likelier_than_a_near_sentence(tiny, speakers):
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, tiny.spec)
-    texts = [tiny.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
-    primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
-    scores = score_texts(tiny.decoder, primed, texts)
+    texts = [tiny.sessions.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
+    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+    scores = score_texts(tiny.sessions.decoder, primed, texts)
     assert scores[0] > scores[1] > scores[2]
 
 
@@ -106,26 +104,26 @@ def test_a_text_is_read_in_one_run_of_the_scoring_step_as_token_by_token(tiny_bu
     tiny = make_engine(tiny_bundle)
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, tiny.spec)
-    texts = [tiny.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
-    primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
-    assert tiny.decoder.every_logits(texts[0]) is not None
-    at_once = score_texts(tiny.decoder, primed, texts)
-    graph, tiny.decoder._score_graph = tiny.decoder._score_graph, None
+    texts = [tiny.sessions.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
+    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+    assert tiny.sessions.decoder.every_logits(texts[0]) is not None
+    at_once = score_texts(tiny.sessions.decoder, primed, texts)
+    graph, tiny.sessions.decoder._score_graph = tiny.sessions.decoder._score_graph, None
     try:
-        one_by_one = score_texts(tiny.decoder, primed, texts)
+        one_by_one = score_texts(tiny.sessions.decoder, primed, texts)
     finally:
-        tiny.decoder._score_graph = graph
+        tiny.sessions.decoder._score_graph = graph
     assert np.allclose(at_once, one_by_one, atol=0.1), (at_once, one_by_one)
     assert np.argsort(at_once).tolist() == np.argsort(one_by_one).tolist()
     # the prompt and a text in one run: the text scored alike, the same place to read others from
     for every in (True, False):
-        graph = tiny.decoder._score_graph
-        tiny.decoder._score_graph = graph if every else None
+        graph = tiny.sessions.decoder._score_graph
+        tiny.sessions.decoder._score_graph = graph if every else None
         try:
-            with_text = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel), text=texts[0])
-            after = score_texts(tiny.decoder, with_text, texts)
+            with_text = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel), text=texts[0])
+            after = score_texts(tiny.sessions.decoder, with_text, texts)
         finally:
-            tiny.decoder._score_graph = graph
+            tiny.sessions.decoder._score_graph = graph
         assert with_text.length == primed.length and with_text.text_score is not None
         assert abs(with_text.text_score - at_once[0]) < 0.1 and np.allclose(after, at_once, atol=0.1), (every, after)
         assert np.argmax(with_text.logits) == np.argmax(primed.logits)  # int8: the scales of the rows run together
@@ -216,15 +214,15 @@ def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
     finishes written several ways ("Our Lutron Shades," and "our lutron shades.") is one: those
     ways filled the beam before "are ..." was reached."""
     held = load_home(HELD_OUT)
-    search = tiny.commands.search_for(sentences_for(held, "en").graph())
+    search = tiny.sessions.hearing.search_for(sentences_for(held, "en").graph())
     for rate in (1.15, 1.3):
         audio = said(speakers, "are Lutron Shades open attic", Voice("piper", "en_US-joe-medium", rate, 0.0))
         heard = tiny.transcribe(audio, vocabulary=held)
         assert normalize(heard.text) == "are lutron shades open attic", heard.text
         assert heard.intent is not None and heard.intent.name == "HassGetState"
         mel = log_mel(audio, tiny.spec)
-        primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
-        found = [normalize(tiny.tokenizer.decode(tokens)) for tokens, _ in search.search(tiny.decoder, primed)]
+        primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+        found = [normalize(tiny.sessions.tokenizer.decode(tokens)) for tokens, _ in search.search(tiny.sessions.decoder, primed)]
         assert "are lutron shades open attic" in found and len(found) == len(set(found)), found
 
 
@@ -247,13 +245,13 @@ def test_the_search_writes_the_home_sentences_as_the_decoder_does(tiny):
     number are not known apart from a word of their own."""
     for path in (HOME, HELD_OUT):
         sentences = sentences_for(load_home(path), "en")
-        search = tiny.commands.search_for(sentences.graph())
+        search = tiny.sessions.hearing.search_for(sentences.graph())
         sampled = [text for text, _ in sentences.sample(random.Random(3), 300) if not re.search(r"\dk\b", text)]
         written = [" " + text[:1].upper() + text[1:] + "." for text in sampled]
         assert any(re.search(r"\d\.\d", w) for w in written) and any(w.endswith("%.") for w in written)
-        missing = [w for w in written if not search.spells(tiny.tokenizer.encode(w))]
+        missing = [w for w in written if not search.spells(tiny.sessions.tokenizer.encode(w))]
         assert not missing, missing[:5]
-        assert not search.spells(tiny.tokenizer.encode(" Turn on the moon."))
+        assert not search.spells(tiny.sessions.tokenizer.encode(" Turn on the moon."))
 
 
 def test_without_a_vocabulary_nothing_changes(tiny, speakers):
@@ -270,14 +268,9 @@ def test_each_means_of_hearing_a_vocabulary_can_be_measured_alone(tiny, speakers
     home = load_home(HOME)
     audio = said(speakers, "pause the timer")
     plain = tiny.transcribe(audio)
-    try:
-        tiny.hearing = frozenset()
-        assert tiny.transcribe(audio, vocabulary=home).text == plain.text
-        tiny.hearing = frozenset({"grammar"})
-        heard = tiny.transcribe(audio, vocabulary=home)
-        assert heard.intent is not None and heard.intent.name == "HassPauseTimer", heard
-    finally:
-        tiny.hearing = frozenset(MEANS)
+    assert tiny.variant(replace(tiny.options, hearing=frozenset())).transcribe(audio, vocabulary=home).text == plain.text
+    heard = tiny.variant(replace(tiny.options, hearing=frozenset({"grammar"}))).transcribe(audio, vocabulary=home)
+    assert heard.intent is not None and heard.intent.name == "HassPauseTimer", heard
 
 
 def test_transcribe_json_carries_the_intent_when_asked(tiny_default_bundle, speakers, tmp_path):
@@ -358,27 +351,25 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
     """The embedded default bundle holds the batched step (models/default.py): the hypotheses
     of the search held to the home's sentences take each step in one run, and find what the
     search one hypothesis at a time finds."""
-    from dataclasses import replace
-
     engine = make_engine(tiny_bundle)
-    assert engine.batch_session is not None
-    search = engine.commands.search_for(sentences_for(load_home(HOME), "en").graph())
+    assert engine.sessions.batch() is not None
+    search = engine.sessions.hearing.search_for(sentences_for(load_home(HOME), "en").graph())
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, engine.spec)
-    encoded, options = engine.encoder.encode(mel), replace(engine.options, language="en")
-    primed = prime(engine.decoder, encoded, options, silence_level(mel))
-    ones = search.search(engine.decoder, primed)
-    batched = search.search(engine.decoder, primed, batch=engine.batch_session())
+    encoded, options = engine.encoder.encode(mel), replace(engine.options.decoding, language="en")
+    primed = prime(engine.sessions.decoder, encoded, options, silence_level(mel))
+    ones = search.search(engine.sessions.decoder, primed)
+    batched = search.search(engine.sessions.decoder, primed, batch=engine.sessions.batch())
     assert ones and batched
     one = ones[0]
     assert one[0] == batched[0][0] and abs(one[1] - batched[0][1]) < 0.05
-    assert normalize(engine.tokenizer.decode(one[0])) == "pause the timer"
+    assert normalize(engine.sessions.tokenizer.decode(one[0])) == "pause the timer"
     assert [s for _, s in ones] == sorted((s for _, s in ones), reverse=True)  # likeliest first
     # a floor the sentence reaches changes nothing; one no sentence can reach ends the search
-    for batch in (None, engine.batch_session()):
-        reached = search.search(engine.decoder, primed, batch=batch, floor=one[1] - 0.1)
+    for batch in (None, engine.sessions.batch()):
+        reached = search.search(engine.sessions.decoder, primed, batch=batch, floor=one[1] - 0.1)
         assert reached and reached[0][0] == one[0]
-        assert search.search(engine.decoder, primed, batch=batch, floor=0.0) == []
+        assert search.search(engine.sessions.decoder, primed, batch=batch, floor=0.0) == []
 
 
 def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
@@ -387,13 +378,13 @@ def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
     from edgeasr.asr.grammar import GrammarSearch
 
     graph = sentences_for(load_home(HOME), "en").graph()
-    tok = tiny.tokenizer
+    tok = tiny.sessions.tokenizer
     roomy, tight = (GrammarSearch(graph, tok.encode, tok.decode, tiny.bundle.tokens.eot, max_places=n)
                     for n in (4096, 8))
     mel = log_mel(said(speakers, "turn on the Nanoleaf Shapes"), tiny.spec)
-    primed = prime(tiny.decoder, tiny.encoder.encode(mel), tiny.options, silence_level(mel))
-    found = roomy.search(tiny.decoder, primed)
-    assert found and found == tight.search(tiny.decoder, primed)
+    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+    found = roomy.search(tiny.sessions.decoder, primed)
+    assert found and found == tight.search(tiny.sessions.decoder, primed)
     assert "nanoleaf shapes" in normalize(tok.decode(found[0][0]))
     caches = (tight._closures, tight._labelled, tight._allowed, tight._next)
     assert all(0 < len(c) <= 8 for c in caches) and len(roomy._next) > 8

@@ -16,8 +16,8 @@ import pytest
 
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import MissingInputError, ModelError, ToolMissingError, UsageError
-from edgeasr.models.calib import build_calibration_set
 from edgeasr.models.compile_hef import NET_NAME, compile_hef, model_script, parse_points, record_hef
+from edgeasr.models.hailo_calibration import build_calibration_set
 
 
 @pytest.fixture(scope="module")

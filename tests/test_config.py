@@ -319,11 +319,14 @@ def test_live_keys_are_what_a_reload_applies():
 
 
 def test_every_live_engine_key_changes_the_running_engine():
-    """The keys marked live under model and decoder are the ones engine.reconfigure applies:
-    changing any of them changes what the engine decodes with."""
+    """The keys marked live under model and decoder are the ones a reload builds the running
+    engine's variant with (engine.live_options): changing any of them changes what the engine
+    decodes with, and changing a key that waits for a restart changes nothing."""
     import types
 
-    from edgeasr.asr.engine import reconfigure
+    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.asr.engine import live_options
+    from edgeasr.asr.engine_options import EngineOptions
 
     values = {"model.language": "de", "model.task": "translate", "decoder.preset": "conservative",
               "decoder.encoder_padding": 1000, "decoder.repetition_penalty": 1.4, "decoder.eos_threshold": 0.9,
@@ -335,13 +338,14 @@ def test_every_live_engine_key_changes_the_running_engine():
     assert sorted(engine_keys) == sorted(values)
 
     def applied(cfg):
-        engine = types.SimpleNamespace(bundle=types.SimpleNamespace(decoding={}))  # uncalibrated
-        reconfigure(engine, cfg.model, cfg.decoder)
-        return vars(engine)
+        bundle = types.SimpleNamespace(decoding={})  # uncalibrated
+        return live_options(EngineOptions(DecodingOptions()), cfg.model, cfg.decoder, bundle)
 
     default = applied(load_config(None, {}))
     for key, value in values.items():
         assert applied(load_config(None, {key: value})) != default, key
+    for key, value in {"decoder.beam_size": 3, "decoder.drop_unspoken_words": False, "decoder.threads": 1}.items():
+        assert applied(load_config(None, {key: value})) == default, key
 
 
 def _float_keys() -> list[str]:

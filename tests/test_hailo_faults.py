@@ -23,7 +23,9 @@ from conftest import make_engine
 from hailo_fixtures import FakeTime
 
 from edgeasr.asr.encoder import create_encoder
+from edgeasr.asr.sessions import EngineSessions
 from edgeasr.asr.supervision import FAILED, OK, RECOVERING, EncoderFailedError
+from edgeasr.asr.transcriber import Transcriber
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.config import load_config
@@ -43,10 +45,12 @@ def npu_engine(standin, bundle_dir: Path, t: FakeTime, version: str = "4.23.0", 
     """The daemon's engine with the supervised Hailo encoder on the stand-in."""
     standin.set(version=version)
     standin.write_hef(bundle_dir)
-    engine = make_engine(bundle_dir)
-    engine.encoder.close()  # make_engine's CPU encoder, replaced by the NPU one
+    cpu = make_engine(bundle_dir)
+    cpu.encoder.close()  # make_engine's CPU encoder, replaced by the NPU one
     cfg = load_config(None, {"encoder.backend": "hailo", "encoder.timeout_ms": TIMEOUT_MS, **keys})
-    engine.encoder = create_encoder(load_bundle(bundle_dir), cfg.encoder, clock=t.clock, sleep=t.sleep)
+    encoder = create_encoder(load_bundle(bundle_dir), cfg.encoder, clock=t.clock, sleep=t.sleep)
+    s = cpu.sessions
+    engine = Transcriber(EngineSessions(s.bundle, encoder, s.decoder, s.precision, s.threads), cpu.options, cpu.pauses)
     assert engine.encoder.backend == "hailo"
     return engine
 

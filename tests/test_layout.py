@@ -13,6 +13,7 @@ STAGES = ("audio", "asr", "output", "wyoming", "home")  # each imports only the 
 # entry points, model preparation and measuring: never imported at run time
 TOOLS = ("commands", "models", "evaluation")
 ROOTS = ("daemon", "cli", "__main__")  # the wiring: may import every stage
+RUNTIME = ("daemon", "pipeline", "worker", *STAGES)  # what the daemon runs
 
 
 def module_name(path: Path) -> str:
@@ -67,6 +68,23 @@ def test_the_core_imports_no_stage(name):
 def test_no_runtime_module_imports_the_tools(name):
     bad = {t for t in targets(name) if part(t) in TOOLS}
     assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def reached(name: str) -> set[str]:
+    """Every edgeasr module `name` imports, directly or through the modules it imports."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for target in targets(todo.pop()) - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if part(n) in RUNTIME))
+def test_the_runtime_path_reaches_no_evaluation_module(name):
+    bad = {t for t in reached(name) if part(t) == "evaluation"}
+    assert not bad, f"{name} imports {sorted(bad)}, directly or through others"
 
 
 def test_the_tree_names_the_flow():

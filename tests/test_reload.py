@@ -6,17 +6,30 @@ import logging
 import types
 from pathlib import Path
 
+from edgeasr.asr.decoding import DecodingOptions
+from edgeasr.asr.engine_options import EngineOptions
 from edgeasr.config import load_config
 from edgeasr.daemon import Daemon, Outputs
 from edgeasr.home.source import VocabularySource
 
 
+class Engine:
+    """What a reload asks of the engine: its options and bundle, and a variant with other options."""
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self.bundle = types.SimpleNamespace(decoding={})  # an uncalibrated bundle
+
+    def variant(self, options: EngineOptions) -> Engine:
+        return Engine(options)
+
+
 def daemon_for(path: Path, capture: bool = True) -> Daemon:
     cfg = load_config(path)
-    engine = types.SimpleNamespace(options=None, gates=None, on_gate_fail=None,
-                                   bundle=types.SimpleNamespace(decoding={}))  # an uncalibrated bundle
+    engine = Engine(EngineOptions(DecodingOptions()))
+    worker = types.SimpleNamespace(engine=engine)
     pipeline = types.SimpleNamespace(log_transcripts=cfg.log.transcripts) if capture else None
-    return Daemon(cfg, engine=engine, worker=None, pipeline=pipeline, server=None, outputs=Outputs([]),
+    return Daemon(cfg, engine=engine, worker=worker, pipeline=pipeline, server=None, outputs=Outputs([]),
                   notifier=None, progress=None, model="m", backend="onnx",
                   vocabulary=VocabularySource.from_config(cfg), reload_config=lambda: load_config(path))
 
@@ -37,14 +50,15 @@ def test_reload_compares_with_what_runs(tmp_path, caplog):
         assert reload(daemon, caplog) == ["SIGHUP: applied log.transcripts, decoder.preset",
                                           "SIGHUP: restart to apply decoder.threads"]
         assert daemon.cfg.decoder.preset == "conservative" and daemon.cfg.decoder.threads == 2
-        assert daemon.engine.options.repetition_penalty == 1.3 and daemon.pipeline.log_transcripts
+        assert daemon.engine.options.decoding.repetition_penalty == 1.3 and daemon.pipeline.log_transcripts
+        assert daemon.worker.engine is daemon.engine  # the worker's next job runs on the new engine
         # the same file again: nothing new applies, the restart is still owed
         assert reload(daemon, caplog) == ["SIGHUP: applied nothing new",
                                           "SIGHUP: restart to apply decoder.threads"]
         # back to the start: the revert applies, and no restart is owed any more
         path.write_text("decoder:\n  preset: balanced\n  threads: 2\nlog:\n  transcripts: false\n")
         assert reload(daemon, caplog) == ["SIGHUP: applied log.transcripts, decoder.preset"]
-        assert daemon.engine.options.repetition_penalty == 1.1 and not daemon.pipeline.log_transcripts
+        assert daemon.engine.options.decoding.repetition_penalty == 1.1 and not daemon.pipeline.log_transcripts
     finally:
         logging.getLogger().setLevel(logging.WARNING)
 
@@ -69,7 +83,7 @@ def test_a_daemon_without_local_audio_reloads(tmp_path, caplog):
     try:
         path.write_text("decoder:\n  preset: conservative\nlog:\n  transcripts: true\n")
         assert reload(daemon, caplog) == ["SIGHUP: applied log.transcripts, decoder.preset"]
-        assert daemon.engine.options.repetition_penalty == 1.3 and daemon.cfg.log.transcripts
+        assert daemon.engine.options.decoding.repetition_penalty == 1.3 and daemon.cfg.log.transcripts
     finally:
         logging.getLogger().setLevel(logging.WARNING)
 

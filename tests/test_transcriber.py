@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from conftest import make_engine, normalize, wer
 
 from edgeasr.asr.decoding import WindowResult
+from edgeasr.asr.engine_options import EngineOptions, Fallback
 from edgeasr.asr.gates import LowConfidence
-from edgeasr.asr.transcriber import Fallback, Transcriber
+from edgeasr.asr.kept_pieces import KeptPieces
+from edgeasr.asr.transcriber import Transcriber
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 
@@ -18,6 +21,13 @@ from edgeasr.bundle import load_bundle
 @pytest.fixture(scope="module")
 def engine(tiny_default_bundle):
     return make_engine(tiny_default_bundle)
+
+
+@pytest.fixture(scope="module")
+def kept(engine):
+    """The rules that choose a window's pieces, as the engine has them."""
+    o = engine.options
+    return KeptPieces(engine.bundle, engine.sessions.tokenizer, o.gates, o.guards, o.decoding.task)
 
 
 def clip(dev_dir, name: str) -> np.ndarray:
@@ -98,6 +108,14 @@ def test_silence_gives_no_text(engine):
     assert result.text == ""
 
 
+def test_an_engine_is_built_whole_and_a_variant_shares_its_sessions(engine):
+    with pytest.raises(AttributeError, match="built whole"):
+        engine.options = replace(engine.options, beam_size=3)
+    greedy = engine.variant(replace(engine.options, on_gate_fail="drop"))
+    assert greedy.sessions is engine.sessions and greedy.options.on_gate_fail == "drop"
+    assert engine.options.on_gate_fail == "retry"
+
+
 def test_noise_is_dropped_by_the_gates(engine):
     rng = np.random.default_rng(7)
     noise = (0.05 * rng.standard_normal(16000 * 6)).astype(np.float32)
@@ -111,8 +129,8 @@ def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, 
     window again at each fallback temperature (0.2 ... 1.0), counts every failure and the
     decoder passes of every attempt, and keeps the best attempt, the window not being
     silence; "keep" keeps the text; "drop" drops it."""
-    strict = Transcriber(engine.bundle, engine.encoder, engine.decoder, engine.options,
-                         gates=(LowConfidence(0.1),), on_gate_fail=on_fail, fallback=Fallback(0.2))
+    strict = Transcriber(engine.sessions, EngineOptions(engine.options.decoding, gates=(LowConfidence(0.1),),
+                                                        on_gate_fail=on_fail, fallback=Fallback(0.2)))
     result = strict.transcribe(clip(dev_dir, "alsa_front-center"))
     assert strict.gate_failures == {"avg_logprob": 6 if on_fail == "retry" else 1}
     assert result.windows == 1
@@ -127,15 +145,14 @@ def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, 
 
 def test_the_fallback_is_reproducible(engine, dev_dir):
     """The retries sample, from a generator seeded per window: the same audio, the same text."""
-    strict = Transcriber(engine.bundle, engine.encoder, engine.decoder, engine.options,
-                         gates=(LowConfidence(0.1),), on_gate_fail="retry")
+    strict = Transcriber(engine.sessions, EngineOptions(engine.options.decoding, gates=(LowConfidence(0.1),),
+                                                        on_gate_fail="retry"))
     audio = clip(dev_dir, "ls_test-other_2414-128291-0008")
     assert strict.transcribe(audio).text == strict.transcribe(audio).text
 
 
 def test_a_silent_window_is_dropped_even_when_retrying(engine):
-    retrying = Transcriber(engine.bundle, engine.encoder, engine.decoder, engine.options,
-                           on_gate_fail="retry")
+    retrying = Transcriber(engine.sessions, EngineOptions(engine.options.decoding, on_gate_fail="retry"))
     result = retrying.transcribe(np.zeros(16000 * 4, np.float32))
     assert result.text == ""
 
@@ -168,12 +185,12 @@ def test_speech_past_the_window_is_cut_in_a_pause(engine, dev_dir, dev_manifest)
     assert wer(reference, result.text) <= 0.2
 
 
-def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine):
+def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine, kept):
     """"<0.00> text <6.26><6.26>" then end-of-text with 3.7 s of the window left: the decoder
     never transcribed the speech after 6.26 s, so the next window starts there (as openai
     seeks). A window that stops on a single closing timestamp is done."""
     tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
-    text = engine.tokenizer.encode(" I am free to confess that the")
+    text = engine.sessions.tokenizer.encode(" I am free to confess that the")
 
     def result(tokens):
         return WindowResult(tokens, [-0.1] * len(tokens), 0.01, "en", hit_cap=False)
@@ -183,23 +200,23 @@ def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine):
 
     chunk = np.zeros(int(9.96 * sr), np.float32)
     for last in (True, False):
-        pieces, advance = engine._keep(result([ts(0), *text, ts(6.26), ts(6.26)]), chunk, last)
+        pieces, advance = kept.keep(result([ts(0), *text, ts(6.26), ts(6.26)]), chunk, last)
         assert advance == int(6.26 * sr) and pieces[0].tokens == text
-        _, advance = engine._keep(result([ts(0), *text, ts(6.26)]), chunk, last)
+        _, advance = kept.keep(result([ts(0), *text, ts(6.26)]), chunk, last)
         assert advance == len(chunk)
-    _, advance = engine._keep(result([ts(0), *text, ts(9.92), ts(9.92)]), chunk, True)
+    _, advance = kept.keep(result([ts(0), *text, ts(9.92), ts(9.92)]), chunk, True)
     assert advance == len(chunk)  # less than a word's worth left
 
 
-def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engine):
+def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engine, kept):
     """base on a 15 s utterance: "...is good.<6.92><6.92> But his, he makes me harshly
     feel.<7.92><7.92> He makes me harshly feel.<8.92>..." to the token cap. The loop's
     timestamps are made up, the first saying's end too: with audio after the window, the
     next window starts where that phrase began; at the end of the audio the loop is cut."""
     tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
-    first = engine.tokenizer.encode(" There is iron, they say, in all our blood.")
-    phrase = engine.tokenizer.encode(" But his, he makes me harshly feel.")
-    again = engine.tokenizer.encode(" He makes me harshly feel.")
+    first = engine.sessions.tokenizer.encode(" There is iron, they say, in all our blood.")
+    phrase = engine.sessions.tokenizer.encode(" But his, he makes me harshly feel.")
+    again = engine.sessions.tokenizer.encode(" He makes me harshly feel.")
 
     def ts(seconds):
         return tok.timestamp_begin + round(seconds / per_pos)
@@ -208,8 +225,8 @@ def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engin
               ts(8.92), *again, ts(9.42), ts(9.42), *again[:2]]
     looping = WindowResult(tokens, [-0.1] * len(tokens), 0.01, "en", hit_cap=True)
     chunk = np.zeros(10 * sr, np.float32)
-    pieces, advance = engine._keep(looping, chunk, False, more=True)
+    pieces, advance = kept.keep(looping, chunk, False, more=True)
     assert [p.tokens for p in pieces] == [first] and advance == int(6.92 * sr)
-    pieces, advance = engine._keep(looping, chunk, True, more=False)  # nothing after it: cut
+    pieces, advance = kept.keep(looping, chunk, True, more=False)  # nothing after it: cut
     assert [p.tokens for p in pieces][:2] == [first, phrase]
     assert sum(p.tokens == again for p in pieces) <= 1

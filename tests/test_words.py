@@ -27,9 +27,10 @@ import numpy as np
 import pytest
 
 from edgeasr.asr import alignment
-from edgeasr.asr.decoding import DecoderSession, decode_window, preset_options
+from edgeasr.asr.decoding import DecoderSession, preset_options
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel, silence_level
+from edgeasr.asr.greedy import decode_window
 from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
@@ -131,7 +132,7 @@ def test_without_output_words_the_segments_have_none(tiny_bundle, dev_dir):
     engine = make_engine(tiny_bundle)
     audio = load_audio(dev_dir / "audio" / "jfk_inaugural-1961.wav", 16000)
     # the clip ends as the speech does: its second window's text runs to the end of the
-    # audio, which is aligned to judge the words there (transcriber.drop_unspoken_tail)
+    # audio, which is aligned to judge the words there (window_words.drop_unspoken_tail)
     result = engine.transcribe(audio)
     assert result.text and all(s.words == () for s in result.segments)
     assert result.timings_ms["words"] > 0

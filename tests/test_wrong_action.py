@@ -82,8 +82,9 @@ def test_a_windows_log_probabilities_are_the_models_own_under_a_boost(tiny_bundl
 
     from test_export import CLIPS, mel_of
 
-    from edgeasr.asr.decoding import DecoderSession, decode_window, preset_options
+    from edgeasr.asr.decoding import DecoderSession, preset_options
     from edgeasr.asr.encoder import OnnxEncoder
+    from edgeasr.asr.greedy import decode_window
     from edgeasr.asr.tokenizer import Tokenizer
     from edgeasr.bundle import load_bundle
 

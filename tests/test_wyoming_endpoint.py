@@ -25,11 +25,11 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import read_event, write_event
 
-from edgeasr.audio.vad import frames_reaching, make_detector
+from edgeasr.audio.vad import make_detector
 from edgeasr.bundle import load_bundle
 from edgeasr.config import Config, load_config
 from edgeasr.daemon import build_wyoming
-from edgeasr.stages import SAMPLE_RATE, Vocabulary
+from edgeasr.stages import SAMPLE_RATE, Vocabulary, frames_reaching
 from edgeasr.worker import Worker
 from edgeasr.wyoming.session import to_float, vad_samples
 

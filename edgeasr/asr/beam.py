@@ -29,17 +29,9 @@ from typing import Any
 import numpy as np
 
 from edgeasr.asr import logits as rules
-from edgeasr.asr.decoding import (
-    STEP_SPIN_US,
-    DecoderSession,
-    DecodingOptions,
-    WindowResult,
-    build_rules,
-    decode_window,
-    feed_prompt,
-    token_cap,
-)
+from edgeasr.asr.decoding import STEP_SPIN_US, DecoderSession, DecodingOptions, WindowResult, feed_prompt
 from edgeasr.asr.encoder import ort_session
+from edgeasr.asr.greedy import build_rules, decode_window, token_cap
 from edgeasr.bundle import BATCH_STEP_ROLE, Bundle
 from edgeasr.config import DecoderConfig
 from edgeasr.errors import Cancelled

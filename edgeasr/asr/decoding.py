@@ -1,4 +1,4 @@
-"""Greedy Whisper decoding of one window on the CPU, with a KV cache.
+"""Whisper's decoder on the CPU, with a KV cache: its options, its session, a window's prompt.
 
 `DecoderSession` runs the bundle's two decoder graphs through onnxruntime: the
 cross-attention K/V once per window (into buffers the step reads in place), then per
@@ -6,16 +6,14 @@ token the step (fed the token's row of the token table; it returns the logits). 
 self-attention cache is a preallocated [layers, 2, n_text_ctx, d_model] buffer that the
 step reads in place, of which it uses the first `offset` rows; only the step's new rows
 are copied in after it. Every input and output is bound once by address (IOBinding), so
-a step of one token binds nothing. `decode_window` is the greedy loop
-with the logit rules.
+a step of one token binds nothing. `greedy.decode_window` decodes a window with it; `prime`
+and `score_texts` read given texts against a window.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from edgeasr.asr import logits as rules
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import SCORE_ROLE, SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
-from edgeasr.errors import Cancelled, ConfigError, ModelError
+from edgeasr.errors import ConfigError, ModelError
 
 # how long the step's threads stay awake after a run, for the next token's (microseconds)
 STEP_SPIN_US = 1000
@@ -64,8 +62,8 @@ class DecodingOptions:
     keyterm_boost: float = 0.0
 
 
-# Named presets a user may pick instead of the bundle's calibrated values (issue #3, chosen
-# on tiny.en's dev set, 2026-11-21): padding, penalty, EOS threshold. A bundle's default is
+# Named presets a user may pick instead of the bundle's calibrated values (chosen on tiny.en's
+# dev set): padding, penalty, EOS threshold. A bundle's default is
 # its calibration (`edgeasr models calibrate`, cross-validated by speaker), and where it
 # holds none, plain decoding (DecodingOptions' defaults).
 PRESETS: dict[str, dict] = {
@@ -154,10 +152,10 @@ class DecoderSession:
         self.bundle = bundle
         self.cross = ort_session(bundle.graph("decoder_cross", precision), threads)
         # the step is run token after token, ~0.2 ms apart (the logit rules): its threads spin
-        # through the gap instead of sleeping, and stop soon after a window's last token
-        # (measured: ~5 ms of CPU in all).
-        # Measured on the dev set against 0.5's separate step (1 thread) and head (2 threads,
-        # sleeping between runs): decoder -16 to -18 % per window, the same tokens
+        # through the gap instead of sleeping, and stop soon after a window's last token (~5 ms
+        # of CPU in all). Against a step and a head run apart, their threads sleeping between
+        # runs, the decoder takes 16 to 18 % less time per window on the dev set, for the same
+        # tokens.
         self.step_session = ort_session(bundle.graph("decoder_step", precision), threads,
                                         spin_after_run_us=STEP_SPIN_US)
         # per layer, self-attention K and V: the first `length` rows are filled
@@ -296,40 +294,10 @@ class DecoderSession:
                                          self._new[i, j].ctypes.data)
 
 
-def build_rules(bundle: Bundle, options: DecodingOptions, window_s: float) -> list[rules.LogitFilter]:
-    tok = bundle.tokens
-    per_pos = bundle.audio.seconds_per_position
-    suppress = set(bundle.suppress_tokens) | {tok.translate, tok.transcribe, tok.sot, tok.sot_prev,
-                                              tok.sot_lm, tok.no_speech}
-    suppress |= set(tok.languages.values())
-    chain: list[rules.LogitFilter] = [
-        rules.SuppressTokens(sorted(suppress)),
-        rules.SuppressBlank(tok.blank, tok.eot),
-        rules.TimestampRules(tok, round(options.max_initial_timestamp_s / per_pos),
-                             round(window_s / per_pos)),
-    ]
-    if options.repetition_penalty != 1.0:
-        chain.append(rules.RepetitionPenalty(options.repetition_penalty, options.repetition_window,
-                                             tok.eot))
-    if options.eos_threshold is not None:
-        chain.append(rules.EosBoost(tok.eot, options.eos_threshold))
-    if options.keyterms and options.keyterm_boost:
-        # after the timestamp rules: a boost weighs text against text, never forces out a timestamp
-        chain.insert(3, rules.KeytermBoost(options.keyterms, options.keyterm_boost, tok.eot))
-    return chain
-
-
 def _detect_language(logits: np.ndarray, bundle: Bundle) -> str:
     langs = bundle.tokens.languages
     codes, ids = list(langs), np.fromiter(langs.values(), dtype=np.int64)
     return codes[int(np.argmax(logits[ids]))]
-
-
-def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """A token drawn from softmax(logits / temperature) (the rules' -inf stay impossible)."""
-    scaled = (logits - np.max(logits)) / temperature
-    p = np.exp(scaled)
-    return int(rng.choice(len(p), p=p / p.sum()))
 
 
 def feed_prompt(session: DecoderSession, options: DecodingOptions,
@@ -361,59 +329,6 @@ def _language_token(bundle: Bundle, language: str) -> int:
 
 def _task_token(bundle: Bundle, options: DecodingOptions) -> int:
     return bundle.tokens.translate if options.task == "translate" else bundle.tokens.transcribe
-
-
-def token_cap(session: DecoderSession, options: DecodingOptions, window_s: float) -> int:
-    """Text tokens a window may take after its prompt (runaway loops stop there)."""
-    cap = max(4, math.ceil(options.max_tokens_per_s * window_s))
-    return min(cap, session.bundle.n_text_ctx - session.length - 1)
-
-
-def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                  window_s: float, silence: float | None = None, chain: list[rules.LogitFilter] | None = None,
-                  prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
-    """Decoding with timestamps of one window whose speech lasts `window_s`: greedy, or
-    sampled at `options.temperature` (with `rng`). `silence` is the window's log-mel value
-    of silence (`features.silence_level`); `prompt` is earlier text of the same speech
-    (openai's condition_on_previous_text), fed after <|startofprev|>."""
-    bundle, tok = session.bundle, session.bundle.tokens
-    chain = chain if chain is not None else build_rules(bundle, options, window_s)
-    t0 = time.monotonic()
-    session.start(audio_features, options.encoder_padding, silence)
-    t1 = time.monotonic()
-    logits, no_speech_prob, language = feed_prompt(session, options, prompt)
-    cap = token_cap(session, options, window_s)
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    hit_cap = True
-    while len(tokens) < cap:
-        if should_stop is not None and should_stop():
-            raise Cancelled("decoding stopped on request")
-        own = None  # the logits before the first rule that biases the choice
-        for rule in chain:
-            if rule.biases and own is None:
-                own = logits.copy()
-            rule.apply(logits, tokens)
-        if options.temperature > 0 and rng is not None:
-            token = sample(logits, options.temperature, rng)
-        else:
-            token = int(np.argmax(logits))
-        if own is not None:
-            logprobs.append(float(own[token]) - rules.logsumexp(own))
-        elif options.temperature > 0 and rng is not None:
-            logprobs.append(float(logits[token]) - rules.logsumexp(logits))
-        else:
-            logprobs.append(rules.logprob_of_max(logits, token, session.scratch))
-        if token == tok.eot:
-            hit_cap = False
-            break
-        tokens.append(token)
-        logits = session.step([token])
-    t2 = time.monotonic()
-    timings = {"cross_kv": (t1 - t0) * 1e3, "decoder": (t2 - t0) * 1e3,
-               "steps": len(tokens) + 1}
-    return WindowResult(tokens, logprobs, no_speech_prob, language, hit_cap, timings)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ MIN_COMMAND_SCORE = -2.5
 AMBIGUOUS = math.log(9.0)
 # the means by which decoding hears a vocabulary: the names as the prompt of the home's
 # sentences, a boost of their tokens (a trie, shallow fusion), and the home's sentences as a
-# grammar (Transcriber.hearing)
+# grammar (EngineOptions.hearing)
 MEANS = ("prompt", "boost", "grammar")
 VOCABULARY_CACHE = 8  # vocabularies whose tokens and searches are kept (a home's changes seldom)
 PROMPT_ITEMS_CACHE = 4096  # names and terms whose tokens are kept (the prompt's items, encoded alone)

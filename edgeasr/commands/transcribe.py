@@ -126,7 +126,7 @@ def main(args) -> int:
             continue
         if args.json:
             line = json.dumps(result_json(path, len(audio) / sr, result, (t1 - t0) * 1e3,
-                                          (t2 - t1) * 1e3, words=transcriber.aligner is not None,
+                                          (t2 - t1) * 1e3, words=transcriber.options.words,
                                           intent=cfg.output.intent), ensure_ascii=False)
             print(line, flush=True)
         else:

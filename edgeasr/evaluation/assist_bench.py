@@ -52,7 +52,7 @@ class BenchOptions:
 def read_clips(datasets: list[Path], limit: int, sample: int = 0) -> list[Clip]:
     """Each set's first `limit` clips, or `sample` of them drawn alike on every run (in the
     set's order); all when both are 0."""
-    from edgeasr.commands.bench import read_set
+    from edgeasr.evaluation.runs import read_set
 
     clips = []
     for d in datasets:
@@ -86,7 +86,7 @@ def _process(key: str, o: BenchOptions, session: AssistSession) -> EngineProcess
 async def run_bench(o: BenchOptions, clips: list[Clip]) -> dict[str, Any]:
     from edgeasr.audio.files import load_audio
     from edgeasr.evaluation.satellite import SAMPLE_RATE
-    from edgeasr.models.scoring import normalizer
+    from edgeasr.evaluation.scoring import normalizer
 
     norm = normalizer(o.home.language)
     async with AssistSession(o.hass_venv, o.home, o.workdir) as session:

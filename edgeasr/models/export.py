@@ -5,7 +5,7 @@ cross-attention K/V graph, the cached decoder step and the alignment graph from 
 (`graphs.py`) and quantize them to int8 for the CPU (`BundleFiles.cpu_graph`); compute the
 silence rows with the 30 s encoder in onnxruntime; write the token table and the tokenizer
 (`write_graphs`); then manifest.json with every number the runtime needs (`write_manifest`),
-and the decoding calibrated for known weights (`calibrate.apply_known`).
+and the decoding calibrated for known weights (`known_decoding.apply_known`).
 
 The default bundle holds what the runtime reads (the int8 graphs, the alignment graph for
 word timestamps among them, the token table, the silence rows, the tokenizer). Extras add
@@ -40,8 +40,8 @@ from edgeasr import __version__
 from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
-from edgeasr.models.calibrate import apply_known, known_decoding
 from edgeasr.models.checkpoint import Checkpoint, Dims, load_checkpoint
+from edgeasr.models.known_decoding import apply_known, known_decoding
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +378,7 @@ def import_model(sources: list[str], out: Path, window_s: float = DEFAULT_WINDOW
     files = BundleFiles(out, ckpt)
     levels = write_graphs(files, window, extras, steps)
     m = steps.run("manifest", write_manifest, files, window, extras, levels, dict(steps.timings))
-    m = apply_known(out, m)  # decoding settings calibrated for these weights (models/calibrate.py)
+    m = apply_known(out, m)  # decoding settings calibrated for these weights (models/known_decoding.py)
     steps.close()
     log.info("bundle %s written to %s in %.1f s", ckpt.name, out, time.monotonic() - t_start)
     return m

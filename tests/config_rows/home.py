@@ -12,7 +12,7 @@ from edgeasr.stages import Intent, Vocabulary
 
 rows = Rows()
 LAMP = clip("rhasspy_turn_on_living_room_lamp")  # "Turn on the living room lamp."
-TERMS = clip("houndify_how_many_megabytes_in_a_bit")  # "How many megabytes in a bit?"
+TERMS = clip("vctk_p225_038")  # "Diving is no part of football.", heard "...no path of..." plainly
 CONNECT_S = 10.0  # a guard against a hang, not a measurement
 
 
@@ -49,9 +49,9 @@ def _vocabulary_names(lab: Lab) -> None:
 
 @rows.observe("vocabulary.terms", "model")
 def _vocabulary_terms(lab: Lab) -> None:
-    """A term said is heard likelier (the prompt, the boost of its tokens)."""
-    with_term, plain = heard(lab, {"vocabulary.terms": ["megabytes"]}, TERMS), lab.transcribe({}, TERMS)
-    assert "megabytes" in with_term.text and with_term.avg_logprob > plain.avg_logprob
+    """A term said is heard likelier (the boost of its tokens)."""
+    with_term, plain = heard(lab, {"vocabulary.terms": ["part"]}, TERMS), lab.transcribe({}, TERMS)
+    assert " part " in with_term.text and " part " not in plain.text, (plain.text, with_term.text)
 
 
 def _home_assistant(lab: Lab, token: str) -> tuple[FakeHomeAssistant, dict]:

@@ -114,8 +114,9 @@ def _import(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from edgeasr.bundle import load_bundle
-    from edgeasr.models.calibrate import calibrate, write_decoding
-    from edgeasr.models.scoring import read_pool
+    from edgeasr.evaluation.calibration import calibrate
+    from edgeasr.evaluation.scoring import read_pool
+    from edgeasr.models.known_decoding import write_decoding
 
     bundle = load_bundle(args.bundle)
     pool = read_pool(args.dataset, bundle.audio.sample_rate)
@@ -128,7 +129,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _ablate(args: argparse.Namespace) -> int:
     from edgeasr.commands.common import load
-    from edgeasr.models.ablation import run
+    from edgeasr.evaluation.ablation import run
 
     keys = {"encoder.backend": "onnx", **({"model.path": args.model} if args.model else {})}
     print(run(load(args, keys), args.dataset))
@@ -151,8 +152,8 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _calib(args: argparse.Namespace) -> int:
     from edgeasr.commands.common import load
-    from edgeasr.models.calib import build_calibration_set
     from edgeasr.models.default import open_bundle
+    from edgeasr.models.hailo_calibration import build_calibration_set
 
     bundle = open_bundle(load(args, {"model.path": args.model} if args.model else {}))
     out = build_calibration_set(args.audio, args.count, args.out, bundle.audio)
@@ -178,7 +179,7 @@ def _weights(args: argparse.Namespace) -> int:
 
 
 def _command_set(args: argparse.Namespace) -> int:
-    from edgeasr.models.command_set import NOISE_DIR, write_set
+    from edgeasr.evaluation.command_set import NOISE_DIR, write_set
 
     rows = write_set(args.home, args.out, args.count, args.seed, args.noise_dir or NOISE_DIR, args.everyday)
     print(f"{len(rows)} utterances in {args.out / 'manifest.tsv'}")

@@ -2,9 +2,9 @@
 settings that suit these weights, and store them in the bundle's manifest (`decoding`), where
 the runtime reads them (a config key left at null means "the bundle's value").
 
-The procedure resists fitting the voices it is run on (the 0.6 calibration, fitted to 84
-utterances, did not carry to new speakers). The sets are read as one pool, cut into folds by
-speaker (`scoring.folds`):
+The procedure resists fitting the voices it is run on: values fitted to a small pool need not
+carry to new speakers. The sets are read as one pool, cut into folds by speaker
+(`scoring.folds`):
 
 1. Start from plain decoding (`DecodingOptions`' defaults: Whisper as it was trained).
 2. For each key in `GRID` order, decode the pool with each of its values (the others as
@@ -15,8 +15,8 @@ speaker (`scoring.folds`):
    alone, then the values they choose are scored on the fold left out. The report's table
    says whether calibrating helps on voices it has not heard.
 
-Calibrated values are also kept per weights file (`known.json`, keyed by the sha256 of the
-weights), so that `edgeasr models import` applies them to a new bundle at once.
+Calibrated values are also kept per weights file (models/known_decoding.py), so that
+`edgeasr models import` applies them to a new bundle at once.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeasr.bundle import MANIFEST, Bundle
-from edgeasr.models.scoring import Score, Scorer, Utterance
+from edgeasr.bundle import Bundle
+from edgeasr.evaluation.scoring import Score, Scorer, Utterance
 
 log = logging.getLogger(__name__)
 
-KNOWN = Path(__file__).with_name("known.json")
 # key -> the values tried: plain decoding's first, then the ones the presets use
 GRID: dict[str, tuple] = {
     "encoder_padding": (1500, 700, 0),
@@ -106,14 +105,16 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
     from edgeasr.asr.decoding import DecoderSession, preset_options
     from edgeasr.asr.encoder import OnnxEncoder
     from edgeasr.asr.engine import gates, single_threaded_blas
+    from edgeasr.asr.engine_options import EngineOptions
+    from edgeasr.asr.sessions import EngineSessions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.config import DecoderConfig, VadOptions
 
     single_threaded_blas()
     scorer = Scorer(pool, bundle.audio.window_s, language=language or "en")
-    encoder = CachedEncoder(OnnxEncoder(bundle, "int8", threads))
-    decoder = DecoderSession(bundle, "int8", threads)
+    sessions = EngineSessions(bundle, CachedEncoder(OnnxEncoder(bundle, "int8", threads)),
+                              DecoderSession(bundle, "int8", threads), "int8", threads)
     decoded: dict[str, Hyps] = {}
 
     def decode(values: dict) -> Hyps:
@@ -121,8 +122,8 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
         if key not in decoded:
             options = preset_options(None, values, language=language)  # as the runtime reads a manifest
             config = DecoderConfig()
-            engine = Transcriber(bundle, encoder, decoder, options, gates(config), config.on_gate_fail,
-                                 pauses=PauseFinder(VadOptions()))
+            engine = Transcriber(sessions, EngineOptions(options, gates(config), config.on_gate_fail),
+                                 PauseFinder(VadOptions()))
             decoded[key] = [engine.transcribe(u.audio).text for u in pool]
         return decoded[key]
 
@@ -153,22 +154,3 @@ def _cells(score: Score) -> dict:
     cells["wer"], cells["cer"] = round(score.wer, 4), round(score.cer, 4)
     return cells
 
-
-def write_decoding(root: Path, decoding: dict) -> dict:
-    """Store a `decoding` section in the bundle's manifest; returns the manifest."""
-    path = Path(root) / MANIFEST
-    manifest = json.loads(path.read_text())
-    manifest["decoding"] = decoding
-    path.write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
-
-
-def known_decoding(weights_sha256: str) -> dict | None:
-    """The calibration recorded for these weights (edgeasr/models/known.json), if any."""
-    return json.loads(KNOWN.read_text()).get(weights_sha256)
-
-
-def apply_known(root: Path, manifest: dict) -> dict:
-    """Give a freshly imported bundle the calibration recorded for its weights."""
-    decoding = known_decoding(manifest.get("source", {}).get("sha256", ""))
-    return write_decoding(root, decoding) if decoding is not None else manifest

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeasr.models.scoring import Scorer, Utterance
+from edgeasr.evaluation.scoring import Scorer, Utterance
 
 if TYPE_CHECKING:
-    from edgeasr.asr.decoding import DecodingOptions
-    from edgeasr.asr.transcriber import Guards
+    from edgeasr.asr.engine_options import EngineOptions
+    from edgeasr.asr.transcriber import Transcriber
     from edgeasr.config import Config
 
 # What a removed word was, in the text without the rule against the reference.
@@ -28,46 +28,28 @@ HIT, INSERTED, MISHEARD = "real", "made up", "misheard"
 
 
 @dataclass(frozen=True)
-class Setup:
-    """What the rules switch on a built engine (asr.transcriber.Transcriber)."""
-
-    options: DecodingOptions
-    gates: tuple
-    guards: Guards
-    judging_aligner: Callable | None
-
-    @classmethod
-    def of(cls, engine) -> Setup:
-        return cls(engine.options, engine.gates, engine.guards, engine.judging_aligner)
-
-    def apply(self, engine) -> None:
-        engine.options, engine.gates, engine.guards = self.options, self.gates, self.guards
-        engine.judging_aligner = self.judging_aligner
-
-
-@dataclass(frozen=True)
 class Rule:
     name: str
     what: str
-    off: Callable[[Setup], Setup]  # the engine's setup without the rule
-    # where the engine's setup has the rule off: the setup with it on (at a preset's value)
-    on: Callable[[Setup], Setup] | None = None
+    off: Callable[[EngineOptions], EngineOptions]  # the engine's options without the rule
+    # where the engine's options have the rule off: the options with it on (at a preset's value)
+    on: Callable[[EngineOptions], EngineOptions] | None = None
 
 
-def _without_gate(name: str) -> Callable[[Setup], Setup]:
-    return lambda s: replace(s, gates=tuple(g for g in s.gates if g.name != name))
+def _without_gate(name: str) -> Callable[[EngineOptions], EngineOptions]:
+    return lambda o: replace(o, gates=tuple(g for g in o.gates if g.name != name))
 
 
-def _without_guard(field: str) -> Callable[[Setup], Setup]:
-    return lambda s: replace(s, guards=replace(s.guards, **{field: False}))
+def _without_guard(field: str) -> Callable[[EngineOptions], EngineOptions]:
+    return lambda o: replace(o, guards=replace(o.guards, **{field: False}))
 
 
-def _option(field: str, value: Any) -> Callable[[Setup], Setup]:  # Any: the field is named at run time
-    return lambda s: replace(s, options=replace(s.options, **{field: value}))
+def _option(field: str, value: Any) -> Callable[[EngineOptions], EngineOptions]:  # Any: the field is named at run time
+    return lambda o: replace(o, decoding=replace(o.decoding, **{field: value}))
 
 
-def _is_on(rule: Rule, setup: Setup) -> bool:
-    return rule.off(setup) != setup
+def _is_on(rule: Rule, options: EngineOptions) -> bool:
+    return rule.off(options) != options
 
 
 RULES = (
@@ -83,7 +65,7 @@ RULES = (
     Rule("stock phrases", '"Thank you." and the like over little speech are dropped',
          _without_guard("stock_phrases")),
     Rule("unspoken words", "closing words the alignment finds no audio for are dropped",
-         lambda s: replace(s, judging_aligner=None)),
+         lambda o: replace(o, judge_words=False)),
     Rule("EOS boost", "a window ends once end-of-text is this likely (0.3: the conservative preset)",
          _option("eos_threshold", None), _option("eos_threshold", 0.3)),
     Rule("padding rows", "the window is padded with silence rows (1500 positions: as trained)",
@@ -138,18 +120,18 @@ def compare(refs: Sequence[str], with_rule: Sequence[str], without: Sequence[str
     return removed, added, changed
 
 
-def ablate(engine, pool: Sequence[Utterance], scorer: Scorer, rules: Sequence[Rule] = RULES,
+def ablate(engine: Transcriber, pool: Sequence[Utterance], scorer: Scorer, rules: Sequence[Rule] = RULES,
            out=print) -> dict[str, Removed]:
-    """Each rule's count on the pool, the engine otherwise as built."""
-    built = Setup.of(engine)
+    """Each rule's count on the pool, the engine otherwise as built: each text is decoded by an
+    engine built from the options with or without the rule, on the engine's sessions."""
+    built = engine.options
     results: dict[str, Removed] = {}
     for rule in rules:
         with_rule = built if _is_on(rule, built) or rule.on is None else rule.on(built)
         texts = {}
-        for name, setup in (("with", with_rule), ("without", rule.off(with_rule))):
-            setup.apply(engine)
-            texts[name] = [scorer.normalize(engine.transcribe(u.audio).text) for u in pool]
-        built.apply(engine)
+        for name, options in (("with", with_rule), ("without", rule.off(with_rule))):
+            variant = engine.variant(options)
+            texts[name] = [scorer.normalize(variant.transcribe(u.audio).text) for u in pool]
         removed, added, changed = compare(scorer.refs, texts["with"], texts["without"])
         results[rule.name] = Removed(removed, added, scorer.score(texts["with"]).wer,
                                      scorer.score(texts["without"]).wer, changed, with_rule is built)
@@ -171,16 +153,20 @@ def markdown(results: dict[str, Removed]) -> str:
 
 def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
     """The table for the configured bundle as the daemon builds its engine (the CPU encoder)."""
-    from edgeasr.asr.engine import build_engine
+    from edgeasr.asr.engine import engine_options, load_sessions
+    from edgeasr.asr.sessions import EngineSessions
+    from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.segmenter import PauseFinder
-    from edgeasr.models.calibrate import CachedEncoder
+    from edgeasr.evaluation.calibration import CachedEncoder
+    from edgeasr.evaluation.scoring import read_pool
     from edgeasr.models.default import open_bundle
-    from edgeasr.models.scoring import read_pool
 
     bundle = open_bundle(cfg)
     language = cfg.model.language
-    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
-    engine.encoder = CachedEncoder(engine.encoder)  # every rule decodes the same windows
+    loaded = load_sessions(bundle, cfg.encoder, cfg.decoder)
+    # every rule decodes the same windows: their encoder outputs are kept
+    sessions = EngineSessions(bundle, CachedEncoder(loaded.encoder), loaded.decoder, loaded.precision, loaded.threads)
+    engine = Transcriber(sessions, engine_options(cfg.model, cfg.decoder, bundle), PauseFinder(cfg.vad))
     pool = read_pool(sets, bundle.audio.sample_rate)
     scorer = Scorer(pool, bundle.audio.window_s, language=language or "en")
     return markdown(ablate(engine, pool, scorer, out=out))

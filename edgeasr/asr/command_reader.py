@@ -1,0 +1,69 @@
+"""A final window of speech heard with the home's vocabulary, read as the home's command it says.
+
+The reading comes after the decoding and apart from it: it takes the text as decoded and the
+window's encoder output as values, and gives the transcription with the command's intent.
+When the command was heard slightly wrong, its text is put right (asr/commands_heard.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from edgeasr.asr.beam import BatchDecoderSession
+from edgeasr.asr.commands_heard import CommandHearing
+from edgeasr.asr.decoding import DecodingOptions
+from edgeasr.asr.gates import compression_ratio
+from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary
+
+# the home's sentences for a vocabulary and a language (home.sentences: asr does not import
+# it), None where no language has them
+SentenceSource = Callable[[Vocabulary, str], Sentences | None]
+
+
+@dataclass(frozen=True)
+class EncodedWindow:
+    """A window's encoder output and its silence level: what the reading decodes again."""
+
+    features: np.ndarray
+    silence: float
+
+
+class CommandReader:
+    """`prompt`: the names go before the home's sentences (bench-commands measures without).
+    `batch` gives the batched step the search takes its hypotheses' steps in, None where the
+    bundle has none."""
+
+    def __init__(self, hearing: CommandHearing, sentences: SentenceSource, tokenizer: Tokenizer,
+                 options: DecodingOptions, max_prompt: int, prompt: bool = True,
+                 batch: Callable[[], BatchDecoderSession | None] = lambda: None) -> None:
+        self.hearing, self.sentences, self.tokenizer = hearing, sentences, tokenizer
+        self.options, self.max_prompt, self.prompt, self.batch = options, max_prompt, prompt, batch
+
+    def read(self, result: Transcription, window: EncodedWindow, vocabulary: Vocabulary,
+             said_before: Sequence[int] = ()) -> Transcription:
+        """The transcription of one window as the home's command it says, if any, with its
+        intent. `said_before`: the text tokens said before the window (the call's prompt)."""
+        sentences = self.sentences(vocabulary, result.language)
+        if sentences is None or not result.text:
+            return result
+        t0 = time.monotonic()
+        heard = self.hearing.hear(result.text, sentences, window.features, window.silence,
+                                  replace(self.options, language=result.language), vocabulary, self.batch(),
+                                  prompt=self.prompt)
+        result.timings_ms["command"] = (time.monotonic() - t0) * 1e3
+        if heard is None:
+            return result
+        if heard.score is None:  # the text as decoded
+            return replace(result, intent=heard.intent)
+        first, last = result.segments[0], result.segments[-1]
+        tokens = tuple(self.tokenizer.encode(" " + heard.text))
+        segment = TextSegment(start=first.start, end=last.end, text=" " + heard.text, tokens=tokens,
+                              avg_logprob=heard.score, no_speech_prob=first.no_speech_prob,
+                              compression_ratio=compression_ratio(heard.text))
+        return replace(result, text=heard.text, segments=(segment,), intent=heard.intent,
+                       context=tuple([*said_before, *tokens][-self.max_prompt:]))

@@ -1,0 +1,159 @@
+"""The parent process of `edgeasr bench`: each row in a child process of its own (so that its
+peak RSS is its own), our default and faster-whisper also taking turns on every utterance, and
+the rows' results summarized against the references."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+from edgeasr.config import DECODER_PRESETS
+from edgeasr.evaluation.bench_rows import ROWS
+from edgeasr.evaluation.runs import row_config
+
+if TYPE_CHECKING:
+    from edgeasr.evaluation.scoring import Scorer
+
+
+def run(args) -> dict:
+    """Every row asked for, each preset's row and the interleaved pair: the report."""
+    from edgeasr.evaluation.scoring import Scorer, read_entries
+    from edgeasr.models.default import open_bundle
+
+    bundle = open_bundle(row_config(args, {}))  # prepares the default bundle once, before the children
+    args.model = args.model or bundle.root
+    entries = read_entries(args.set_dirs, args.limit)
+    scorer = Scorer(entries, bundle.audio.window_s, language=row_config(args, {}).model.language or "en")
+    report = {"date": dt.date.today().isoformat(),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+              "threads": args.threads, "model": bundle.name, "utterances": len(entries),
+              "rows": {}, "presets": {}}
+    for row in [r for r in args.rows.split(",") if r]:
+        print(f"bench: {ROWS.get(row, row)} ...", file=sys.stderr)
+        report["rows"][row] = summarize(_child(args, row), scorer)
+    if not args.no_presets:
+        for preset in DECODER_PRESETS:
+            print(f"bench: preset {preset} ...", file=sys.stderr)
+            report["presets"][preset] = summarize(_child(args, "10s-int8", preset), scorer)
+    ours, fw = report["rows"].get("10s-int8", {}), report["rows"].get("faster-whisper", {})
+    if "total_ms_median" in ours and "total_ms_median" in fw:
+        report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
+        print("bench: ours and faster-whisper, interleaved ...", file=sys.stderr)
+        pair = summarize_interleaved(interleaved(args, ("10s-int8", "faster-whisper"), len(entries)))
+        report["interleaved"] = pair
+        if "ratio_median" in pair:
+            report["ratios"]["faster-whisper median / ours, interleaved"] = round(
+                pair["faster_whisper_ms_median"] / pair["ours_ms_median"], 2)
+            report["ratios"]["faster-whisper / ours, interleaved, median of per-utterance ratios"] = (
+                pair["ratio_median"])
+    return report
+
+
+def summarize(data: dict, scorer: Scorer) -> dict:
+    if "skipped" in data:
+        return {"skipped": data["skipped"]}
+    res = data["results"]
+    hyps = [r["text"] for r in res]
+    totals = sorted(r["total_ms"] for r in res)
+
+    def med(key):
+        vals = [r[key] for r in res if r[key] is not None]
+        return round(statistics.median(vals), 1) if vals else None
+
+    steps = sum(r["steps"] or 0 for r in res)
+    dec = sum(r["decoder_ms"] or 0 for r in res)
+    windows = sum(r["windows"] or 0 for r in res)
+    per_window = sorted(r["encoder_ms"] / r["windows"] for r in res if r["windows"])
+    score = scorer.score(hyps)
+    return {
+        "utterances": len(res),
+        "encoder_ms_median": med("encoder_ms"), "decoder_ms_median": med("decoder_ms"),
+        "encoder_ms_per_window": round(statistics.median(per_window), 1) if windows else None,
+        "total_ms_median": round(statistics.median(totals), 1),
+        "total_ms_p90": round(totals[min(len(totals) - 1, int(0.9 * len(totals)))], 1),
+        "cpu_ms_median": med("cpu_ms"),
+        "decoder_ms_per_token": round(dec / steps, 2) if steps else None,
+        "decoder_ms_per_token_median": round(statistics.median(
+            r["decoder_ms"] / r["steps"] for r in res), 2) if steps else None,
+        "windows": windows or None, "decoder_steps": steps or None,
+        "wer": round(score.wer, 4), "cer": round(score.cer, 4),
+        "substitutions": score.substitutions, "deletions": score.deletions, "insertions": score.insertions,
+        "empty": score.empty,
+        "groups": {name: {"wer": round(g.wer, 4), "cer": round(g.cer, 4), "deletions": g.deletions}
+                   for name, g in scorer.per_group(hyps).items()},
+        "runaway_windows": sum(r["runaway"] for r in res),
+        "peak_rss_mb": round(data["peak_rss_mb"], 1),
+    }
+
+
+def interleaved(args, rows: tuple[str, str], count: int) -> dict:
+    """The two rows' processes take turns on every utterance (which one goes first
+    alternates), so that a busy spell of the machine slows both alike."""
+    procs = {row: subprocess.Popen(_child_cmd(args, row) + ["--serve"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for row in rows}
+
+    def ask(row: str, index: int | None) -> dict:
+        proc = procs[row]
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # PIPE
+        if index is not None:
+            proc.stdin.write(f"{index}\n")
+            proc.stdin.flush()
+        answer = proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"{row}: {proc.stderr.read().strip()[-300:]}")
+        return json.loads(answer)
+
+    try:
+        for row in rows:
+            hello = ask(row, None)
+            if "skipped" in hello:
+                return {"skipped": f"{row}: {hello['skipped']}"}
+            ask(row, 0)  # warm-up, not counted
+        pairs = []
+        for i in range(count):
+            order = rows if i % 2 == 0 else rows[::-1]
+            pairs.append({row: ask(row, i)["total_ms"] for row in order})
+    except (RuntimeError, OSError) as exc:
+        return {"skipped": f"failed: {exc}"}
+    finally:
+        for proc in procs.values():
+            proc.communicate(timeout=60)  # closes stdin, waits, drains and closes the pipes
+    return {"pairs": pairs}
+
+
+def summarize_interleaved(data: dict) -> dict:
+    """Our default ("10s-int8") against faster-whisper, from `interleaved`'s pairs."""
+    if "skipped" in data:
+        return {"skipped": data["skipped"]}
+    ours = [p["10s-int8"] for p in data["pairs"]]
+    theirs = [p["faster-whisper"] for p in data["pairs"]]
+    return {
+        "utterances": len(ours),
+        "ours_ms_median": round(statistics.median(ours), 1),
+        "faster_whisper_ms_median": round(statistics.median(theirs), 1),
+        "ratio_median": round(statistics.median(t / o for o, t in zip(ours, theirs)), 2),
+    }
+
+
+def _child_cmd(args, row: str, preset: str | None = None) -> list[str]:
+    config = ["--config", str(args.config)] if args.config else []
+    sets = [arg for item in args.set for arg in ("--set", item)]
+    cmd = [sys.executable, "-m", "edgeasr", "--log-level", "WARNING", *config, *sets, "bench",
+           *(arg for d in args.set_dirs for arg in ("--dataset", str(d))), "--threads", str(args.threads),
+           "--limit", str(args.limit),
+           "--row", row] + (["--preset", preset] if preset else [])
+    return cmd + ["--model", str(args.model)] if args.model else cmd
+
+
+def _child(args, row: str, preset: str | None = None) -> dict:
+    out = subprocess.run(_child_cmd(args, row, preset), capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return {"skipped": f"failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"}
+    return json.loads(out.stdout)
