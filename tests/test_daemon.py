@@ -128,7 +128,9 @@ def engine(tiny_default_bundle):
     return make_engine(tiny_default_bundle)
 
 
-def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
+def per_utterance_wer(engine, audio_path: Path, rows: list[dict]) -> float:
+    """The stream's utterances transcribed one by one, in process (while the daemon runs)."""
+    audio, _ = sf.read(audio_path, dtype="int16")
     refs, hyps = [], []
     for r in rows:
         clip = audio[int(r["start_sample"]) : int(r["end_sample"])].astype(np.float32) / 32768
@@ -137,7 +139,7 @@ def per_utterance_wer(engine, audio: np.ndarray, rows: list[dict]) -> float:
     return jiwer.wer(refs, hyps)
 
 
-def check_stream(sub, rows: list[dict], audio_path: Path, engine) -> list[dict]:
+def check_stream(sub, rows: list[dict], utterance_wer: float) -> list[dict]:
     """Every utterance of the stream published, in order, with no seq skipped; its text as good
     as the same utterances transcribed one by one (the segmenter loses nothing)."""
     sub.wait_for(lambda s: any(json.loads(m.payload)["state"] == "offline"
@@ -148,10 +150,8 @@ def check_stream(sub, rows: list[dict], audio_path: Path, engine) -> list[dict]:
     assert len(messages) >= len(rows)
     for m in messages:
         assert m["device_id"] == "testdev" and m["latency_ms"] >= 0 and m["end"] > m["start"]
-    audio, _ = sf.read(audio_path, dtype="int16")
     stream_wer = jiwer.wer(normalize(" ".join(r["reference"] for r in rows)),
                            normalize(" ".join(m["text"] for m in messages)))
-    utterance_wer = per_utterance_wer(engine, audio, rows)
     assert stream_wer <= utterance_wer + 0.015, (stream_wer, utterance_wer)
     return messages
 
@@ -172,8 +172,9 @@ def test_a_stream_at_real_time_publishes_every_utterance_through_a_broker_outage
     made = len(daemon.lines)
     assert len(daemon.wait_lines(made + 3)) == made + 3, daemon.stderr()[-3000:]  # made while it is down
     mosquitto.start()
+    utterance_wer = per_utterance_wer(engine, audio_path, rows)
     daemon.finish()
-    messages = check_stream(sub, rows, audio_path, engine)  # none lost in the outage
+    messages = check_stream(sub, rows, utterance_wer)  # none lost in the outage
     # partial results while each utterance is spoken, under the id of its final transcript
     partials = [m.json() for m in sub.on("edgeasr/testdev/partial")]
     check = validator(PARTIAL)
@@ -193,8 +194,10 @@ def test_a_noisy_stream_read_as_fast_as_it_decodes_publishes_every_utterance(
     sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
     settings = base_settings(tiny_default_bundle, tmp_path, audio_path, realtime=False)
     settings.update(mosquitto.overrides())
-    finish(start_daemon(write_config(tmp_path / "edgeasr.yaml", settings)))
-    check_stream(sub, rows, audio_path, engine)
+    daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings))
+    utterance_wer = per_utterance_wer(engine, audio_path, rows)
+    finish(daemon)
+    check_stream(sub, rows, utterance_wer)
 
 
 def test_sigkill_then_restart_delivers_every_transcript(tiny_default_bundle, dev_dir, tmp_path,
