@@ -59,13 +59,13 @@ def wait_seqs(sub: Subscriber, n: int, timeout_s: float = 15.0) -> list[int]:
     return distinct_seqs(sub)
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """Poll `condition` (state another thread or process owns) until it holds."""
+def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
+    """Poll `condition` (state another thread or process owns) until it holds; False on timeout."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.02)
+        time.sleep(0.05)
     return True
 
 
