@@ -29,7 +29,7 @@ import soxr
 from conftest import wer
 from test_wyoming import LONG, SHORT, clip, transcribe
 from wyoming.event import Event, read_event
-from wyoming_fixtures import SHARED_FILE_LIMIT, Server
+from wyoming_fixtures import SHARED_FILE_LIMIT, Server, proc_status
 
 from edgeasr.audio.vad import make_detector
 from edgeasr.config import WyomingConfig, load_config
@@ -477,46 +477,9 @@ def test_stopping_with_clients_connected_logs_nothing(light, caplog):
 # -- the daemon in a subprocess: what an attack costs it --------------------------------------
 
 
-def proc_status(pid: int, field: str) -> float:
-    """A /proc/<pid>/status field in MB (VmRSS: resident now; VmHWM: the peak)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(field)
-
-
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
-@dataclass
-class Daemon:
-    server: Server
-
-    @property
-    def pid(self) -> int:
-        return self.server.pid
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def uri(self) -> str:
-        return self.server.uri
-
-    def rss(self) -> float:
-        return proc_status(self.pid, "VmRSS")
-
-    def files(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def threads(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/task"))
-
-    def log_text(self) -> str:
-        return self.server.log_text()
 
 
 @dataclass(frozen=True)
@@ -528,16 +491,16 @@ class Idle:
     threads: int
 
     @classmethod
-    def of(cls, d: Daemon) -> Idle:
+    def of(cls, d: Server) -> Idle:
         return cls(d.rss(), d.files(), d.threads())
 
 
 @pytest.fixture(scope="module")
-def daemon(wyoming_daemon: Server) -> Iterator[Daemon]:
+def daemon(wyoming_daemon: Server) -> Iterator[Server]:
     """The shared Wyoming daemon (its open files limited: a flood of connections runs it out of
     them unless the cap holds), warmed up by one request; after the attacks here, its log holds
     no traceback and no sign that it ran out of anything."""
-    d = Daemon(wyoming_daemon)
+    d = wyoming_daemon
     # warm: the engine's first decodes (one window and more) allocate what later ones reuse
     from conftest import DEV
 
@@ -547,7 +510,7 @@ def daemon(wyoming_daemon: Server) -> Iterator[Daemon]:
     assert "Traceback" not in text and "Task exception" not in text and "out of system resource" not in text
 
 
-def served(d: Daemon) -> bool:
+def served(d: Server) -> bool:
     """A normal request, as Home Assistant makes it (the `wyoming` package's client)."""
     reply = asyncio.run(transcribe(d.uri, clip_audio()))
     ok = reply.error is None and "silly" in (reply.text or "").lower()
@@ -567,7 +530,7 @@ def clip_audio() -> np.ndarray:
     return _CLIP[0]
 
 
-def recovered(d: Daemon, before: Idle, what: str) -> dict:
+def recovered(d: Server, before: Idle, what: str) -> dict:
     """The targets after an attack: a normal client served, and then nothing left behind: the
     connections closed and no thread more than before, RSS within 50 MB of before, no
     traceback in the log."""
@@ -708,7 +671,7 @@ def one_sample_events(pcm: bytes, samples_per_chunk: int) -> bytes:
     return b"".join(chunk16(pcm[i:i + step]) for i in range(0, len(pcm), step))
 
 
-def timed_request(d: Daemon, pcm: bytes, samples_per_chunk: int) -> tuple[str, float, float]:
+def timed_request(d: Server, pcm: bytes, samples_per_chunk: int) -> tuple[str, float, float]:
     """A request with its events pre-encoded and sent in one go: the transcript, the daemon's
     CPU seconds to it and the wall time."""
     blob = start16() + one_sample_events(pcm, samples_per_chunk) + frame("audio-stop")

@@ -3,6 +3,7 @@ settings, and `wyoming_daemon`, one plain server shared by every test that only 
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import subprocess
@@ -47,6 +48,23 @@ class Server:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def rss(self) -> float:
+        return proc_status(self.pid, "VmRSS")
+
+    def files(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def threads(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/task"))
+
+
+def proc_status(pid: int, field: str) -> float:
+    """A /proc/<pid>/status field in MB (VmRSS: resident now; VmHWM: the peak)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(field)
 
 
 def limit_files(n: int):
