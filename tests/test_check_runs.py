@@ -54,13 +54,18 @@ OUT_OF_RANGE = [
 
 
 @pytest.mark.parametrize("key, value, message", OUT_OF_RANGE, ids=[f"{k}={str(v)[:20]!r}" for k, v, _ in OUT_OF_RANGE])
-def test_check_and_the_daemon_refuse_the_same_values_with_78(tmp_path, key, value, message):
+def test_check_and_the_daemon_refuse_the_same_values_with_78(tmp_path, capsys, key, value, message):
+    """In process: the command line's main, which `python -m edgeasr` runs (the tests below run
+    it whole), refuses the value while reading the configuration, before anything starts."""
+    from edgeasr import cli
+
     settings = {"input.source": "none", "wyoming.uri": "tcp://127.0.0.1:10300", key: value}
     config = write_config(tmp_path / "edgeasr.yaml", settings)
     for args in (["check", "--config", str(config)], ["--config", str(config)]):
-        proc = edgeasr(*args)
-        line = last_line(proc)
-        assert proc.returncode == 78, proc.stderr
+        code = cli.main(args)
+        err = capsys.readouterr().err
+        assert code == 78, err
+        line = err.strip().splitlines()[-1]
         assert line.startswith(f"edgeasr: {message}"), line
         assert len(line) < 400  # one readable line, whatever was given
 

@@ -346,19 +346,33 @@ def write_hf_dir(ckpt, out) -> None:
     shutil.copyfile(ckpt.tokenizer_json, out / "tokenizer.json")
 
 
-def test_hugging_face_directory_imports_to_the_same_graphs(tiny_checkpoint, tiny_bundle, tmp_path):
-    """A user's Hugging Face Whisper dir (safetensors) gives the very graphs of the CT2 source."""
-    from edgeasr.models.export import import_model
+def test_hugging_face_directory_reads_as_the_same_weights(tiny_checkpoint, tmp_path):
+    """A user's Hugging Face Whisper dir (safetensors) reads as the very checkpoint of the CT2
+    source: the tied proj_out.weight it leaves out, the dims, the token rules, the alignment
+    heads, every tensor. All the rest of an import is the same code for every source, and the
+    same checkpoint gives the same graphs (below)."""
+    from edgeasr.models.checkpoint import load_checkpoint
 
     write_hf_dir(tiny_checkpoint, tmp_path / "hf")
-    manifest = import_model([str(tmp_path / "hf")], tmp_path / "bundle", extras=["fp32"])
-    assert manifest["source"]["kind"] == "huggingface" and manifest["name"] == "whisper-tiny.en"
-    ours = json.loads((tiny_bundle / "manifest.json").read_text())
-    for key in ("tokens", "suppress_tokens", "begin_suppress_tokens", "alignment_heads", "model",
-                "audio", "silence_levels", "tensors"):
-        assert manifest[key] == ours[key], key
-    for role in ("encoder", "decoder_cross", "decoder_step", "decoder_align", "token_embedding", "silence_rows"):
-        assert manifest["files"][role]["sha256"] == ours["files"][role]["sha256"], role
+    ours = tiny_checkpoint
+    hf = load_checkpoint([str(tmp_path / "hf")])
+    assert hf.source["kind"] == "huggingface" and hf.name == ours.name == "whisper-tiny.en"
+    assert hf.dims == ours.dims
+    assert (hf.suppress_tokens, hf.begin_suppress_tokens, hf.alignment_heads) == (
+        ours.suppress_tokens, ours.begin_suppress_tokens, ours.alignment_heads)
+    assert hf.tokenizer_json.read_bytes() == ours.tokenizer_json.read_bytes()
+    assert hf.state.keys() == ours.state.keys()
+    for name, tensor in ours.state.items():
+        assert hf.state[name].dtype == tensor.dtype and np.array_equal(hf.state[name], tensor), name
+
+
+def test_two_imports_of_the_same_weights_write_the_same_files(tiny_default_bundle, tiny_bundle):
+    """The command line's default import and the import with every extra: each file the first
+    holds is in the second, byte for byte (the graph builder depends on nothing but the weights)."""
+    default = json.loads((tiny_default_bundle / "manifest.json").read_text())["files"]
+    every = json.loads((tiny_bundle / "manifest.json").read_text())["files"]
+    for role, entry in default.items():
+        assert entry["sha256"] == every[role]["sha256"], role
 
 
 def test_base_matches_ctranslate2(base_bundle, base_ct2, dev_dir):

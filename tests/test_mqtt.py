@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,16 @@ def wait_seqs(sub: Subscriber, n: int, timeout_s: float = 15.0) -> list[int]:
     return distinct_seqs(sub)
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
+    """Poll `condition` (state another thread or process owns) until it holds; False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_transcripts_arrive_in_order_and_match_the_schema(mosquitto, subscribe, tmp_path):
     sub = subscribe(mosquitto, [f"edgeasr/{DEVICE}/#"])
     pub = make_publisher(mosquitto, tmp_path / "state").start()
@@ -86,14 +97,11 @@ def test_broker_outage_mid_stream_loses_nothing(mosquitto, subscribe, tmp_path):
         pub.publish(sample_draft(i))
     assert pub.flush(10)
     mosquitto.stop()
-    deadline = time.monotonic() + 5
-    while pub.connected and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pub.connected
+    assert wait_until(lambda: not pub.connected, 5)
     for i in range(5, 10):
         pub.publish(sample_draft(i))
     assert pub.stats()["depth"] == 5  # kept on disk while the broker is away
-    time.sleep(2.0)
+    assert wait_until(lambda: pub.stats()["connect_failure"] is not None)  # it tried, and will again
     mosquitto.start()
     for i in range(10, 15):
         pub.publish(sample_draft(i))
@@ -109,7 +117,10 @@ def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mos
     for i in range(3):
         pub.publish(sample_draft(i))
     assert pub.flush(10)
-    time.sleep(2.0)  # let the broker's autosave (1 s) persist the subscriber's session
+    # the broker's next autosave (every second) persists the subscriber's session
+    saved = mosquitto.data / "mosquitto.db"
+    after = time.time_ns()
+    assert wait_until(lambda: saved.exists() and saved.stat().st_mtime_ns > after, 5)
     mosquitto.proc.send_signal(signal.SIGSTOP)  # frozen: transcripts go out, no PUBACK comes back
     for i in range(3, 8):
         pub.publish(sample_draft(i))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from broker_fixtures import HOST, Broker, _make_cert, free_port
-from test_mqtt import TOPICS, make_publisher, sample_draft, wait_seqs
+from test_mqtt import TOPICS, make_publisher, sample_draft, wait_seqs, wait_until
 
 from edgeasr.errors import ConfigError
 from edgeasr.output.mqtt import MqttPublisher
@@ -34,15 +33,6 @@ def attempts(caplog) -> int:
     failed = sum("Connection failed, retrying" in text for text in paho)
     connects = sum(text.startswith("paho: Sending CONNECT") for text in paho)
     return failed + max(0, connects - 1)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.fixture

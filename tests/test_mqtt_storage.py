@@ -6,14 +6,12 @@ Every check counts what a persistent-session subscriber received from a real Mos
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from small_disk import Disk, small_tmpfs
-from test_mqtt import DEVICE, INFO, TOPICS, distinct_seqs, sample_draft, transcripts, wait_seqs
+from test_mqtt import DEVICE, INFO, TOPICS, distinct_seqs, sample_draft, transcripts, wait_seqs, wait_until
 from test_payload import validator
 
 from edgeasr.config import load_config
@@ -21,15 +19,6 @@ from edgeasr.output.mqtt import MqttPublisher
 from edgeasr.output.outbox import Entry, Outbox
 
 pytestmark = pytest.mark.broker
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def publisher(broker, state: Path, outbox_class: type[Outbox] = Outbox, **mqtt) -> tuple[MqttPublisher, Any]:

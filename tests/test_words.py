@@ -18,7 +18,8 @@ clips: within one position 98.3 % (tiny.en) and 98.6 % (base) of the word bounda
 two 98.7 / 99.1 %, the worst 15 / 32 positions (a word after a pause, the path crossing
 the pause at another frame); all int8 (MLPs too) it was 94.4 / 90.6 % within one position.
 We ask 95 % within one position and 97 % within two of the clips here (every fourth;
-measured on them 98.3 / 98.9 % and 99.4 / 99.5 %).
+measured on them 98.3 / 98.9 % and 99.4 / 99.5 %). In float32, where every path was the same
+on all 84 clips, every eighth clip is enough to see one that is not.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ModelError
 
-EVERY = 4  # every fourth dev clip: 21 clips, ~750 word boundaries
+EVERY = {"int8": 4, "fp32": 8}  # every fourth dev clip: 21 clips, ~750 word boundaries; every eighth: 11
+MIN_BOUNDARIES = {"int8": 500, "fp32": 250}
 FP32_WITHIN_1 = 0.99
 INT8_WITHIN_1, INT8_WITHIN_2 = 0.95, 0.97
 
@@ -88,9 +90,9 @@ def report(name: str, tokens: np.ndarray, words: np.ndarray) -> tuple[float, flo
 @pytest.mark.parametrize("model", ["tiny", "base"])
 def test_word_boundaries_match_ctranslate2(request, dev_dir, dev_manifest, model, precision):
     bundle, ct2 = request.getfixturevalue(f"{model}_bundle"), request.getfixturevalue(f"{model}_ct2")
-    tokens, words = window_boundaries(bundle, ct2, dev_dir, dev_manifest[::EVERY], precision)
+    tokens, words = window_boundaries(bundle, ct2, dev_dir, dev_manifest[::EVERY[precision]], precision)
     within_1, within_2 = report(f"{'tiny.en' if model == 'tiny' else model} {precision}", tokens, words)
-    assert len(words) > 500
+    assert len(words) > MIN_BOUNDARIES[precision]
     if precision == "fp32":
         assert within_1 >= FP32_WITHIN_1 and words.max() <= 2
     else:

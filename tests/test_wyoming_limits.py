@@ -3,8 +3,9 @@ sends can starve, bloat or crash the server.
 
 Two servers, both real: in process, a WyomingServer on loopback with a worker that runs no
 job (what the server holds and logs, seen from inside); and the daemon in a subprocess with
-tiny.en (what an attack costs it, from /proc: RSS, peak RSS, CPU; and that a normal request is
-served right after). Clients are plain sockets writing Wyoming's wire format byte by byte, or
+tiny.en, the one the Wyoming tests share (what an attack costs it, from /proc: RSS, peak RSS,
+open files, threads; and that a normal request is served right after). Each limit is hit a few
+times over, not thousands of times. Clients are plain sockets writing Wyoming's wire format byte by byte, or
 the `wyoming` package's own client as Home Assistant uses it."""
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ import json
 import logging
 import os
 import random
-import resource
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soxr
-import yaml
 from conftest import wer
 from test_wyoming import LONG, SHORT, clip, transcribe
 from wyoming.event import Event, read_event
+from wyoming_fixtures import SHARED_FILE_LIMIT, Server, proc_status
 
 from edgeasr.audio.vad import make_detector
 from edgeasr.config import WyomingConfig, load_config
@@ -40,7 +38,6 @@ from edgeasr.worker import Worker
 from edgeasr.wyoming.server import Service, WyomingServer, _Handler
 from edgeasr.wyoming.session import Session, SessionOptions
 
-REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 SERVER_LOGGER = "edgeasr.wyoming.server"
 
@@ -147,11 +144,19 @@ def server_lines(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name in (SERVER_LOGGER, "asyncio")]
 
 
-def assert_no_traceback(caplog) -> None:
-    # a task that ended in an exception nobody retrieved is reported when it is collected, and
-    # the server's log lines go out with its heartbeat (0.5 s): collect now, then wait for them
-    gc.collect()
-    time.sleep(0.7)
+def settled(server: WyomingServer) -> None:
+    """Every connection's handler has ended and what its end left to the event loop has run
+    (how asyncio reports a connection's task that raised, say)."""
+    wait_until(lambda: server.stats.connections == 0)
+    for _ in range(2):  # a task that ends schedules its callbacks: one more turn runs them
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), server.loop).result(5)
+
+
+def assert_no_traceback(caplog, server: WyomingServer | None = None) -> None:
+    """No line with a traceback, once the server has settled (a stopped one has)."""
+    if server is not None:
+        settled(server)
+    gc.collect()  # a task that ended in an exception nobody retrieved is reported when collected
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
     # (how a connection's task that raised is reported: "Unhandled exception in
     # client_connected_cb" from Python 3.11.3 on, "Task exception was never retrieved" before)
@@ -180,15 +185,15 @@ def test_unknown_events_do_not_keep_a_connection_open(light, caplog):
             except ConnectionError:
                 closed = time.monotonic() - t0
                 break
-    assert closed is not None and 0.9 <= closed <= 2.0, closed
+    assert closed is not None and closed >= 0.9, closed  # closed, and not before the idle timeout
     assert b'"timeout"' in received
-    # a describe every half second is progress: the connection stays
+    # a describe every half second is progress: the connection outlives the idle timeout
     with connect(srv.port) as sock, sock.makefile("rb") as stream:
-        for _ in range(5):
+        for _ in range(3):
             sock.sendall(frame("describe"))
             assert read_event(stream).type == "info"
             time.sleep(0.5)
-    assert_no_traceback(caplog)
+    assert_no_traceback(caplog, srv.server)
 
 
 def test_at_the_cap_an_idle_connection_makes_room_and_sessions_are_kept(light, caplog):
@@ -196,7 +201,7 @@ def test_at_the_cap_an_idle_connection_makes_room_and_sessions_are_kept(light, c
     longest that holds no session, and turned away only when every one is transcribing."""
     srv = light(max_connections=4, max_sessions=4)
     idle = [connect(srv.port) for _ in range(4)]
-    time.sleep(0.2)
+    wait_until(lambda: srv.server.stats.connections == 4)
     assert described(srv.port)  # the fifth connection took the place of an idle one
     assert idle[0].recv(100) == b""  # the oldest idle one was closed
     sessions = []
@@ -214,22 +219,23 @@ def test_at_the_cap_an_idle_connection_makes_room_and_sessions_are_kept(light, c
     wait_until(lambda: srv.server.stats.connections == 0)
     assert srv.server.stats.active == 0
     assert described(srv.port)
-    assert_no_traceback(caplog)
+    assert_no_traceback(caplog, srv.server)
 
 
 def test_refused_and_ended_sessions_leave_no_lane_behind(light, caplog):
     """Row 3: an audio-start refused (bad format, busy) makes no lane; a session that ends
-    (the client leaves, or is cut off) closes its lane."""
+    (the client leaves, or is cut off) closes its lane. (Each kind a few times over
+    wyoming.max_sessions: one lane left behind would show.)"""
     srv = light(max_sessions=1)
-    for _ in range(300):
+    for _ in range(20):
         assert codes(exchange(srv.port, start16(rate=0, width=3))) == ["bad-request"]
     holder = connect(srv.port)
     holder.sendall(start16())
     holder.recv(100)
-    for _ in range(100):
+    for _ in range(10):
         assert codes(exchange(srv.port, start16())) == ["bad-request"]  # busy: wyoming.max_sessions
     holder.close()
-    for i in range(50):  # sessions that end without audio-stop: the client leaves, or is cut off
+    for i in range(10):  # sessions that end without audio-stop: the client leaves, or is cut off
         wait_until(lambda: srv.server.stats.active == 0)
         with connect(srv.port) as sock:
             sock.sendall(start16() + chunk16(b"\0\0" * 1600))
@@ -239,9 +245,9 @@ def test_refused_and_ended_sessions_leave_no_lane_behind(light, caplog):
                 sock.sendall(chunk16(b"\0" * 320, rate=8000))  # the server ends this one
                 assert codes(events_until_close(sock)) == ["bad-request"]
     wait_until(lambda: srv.server.stats.active == 0)
-    assert srv.server.stats.refused == 100 and srv.server.stats.sessions == 51
+    assert srv.server.stats.refused == 10 and srv.server.stats.sessions == 11
     assert srv.worker._lanes == []  # every lane the server opened was closed
-    assert_no_traceback(caplog)
+    assert_no_traceback(caplog, srv.server)
 
 
 def wait_until(condition, timeout_s: float = 5.0) -> None:
@@ -290,27 +296,26 @@ def test_every_malformed_input_gets_an_error_event_and_one_log_line(light, caplo
     events = exchange(srv.port, MALFORMED[name])
     assert [e.type for e in events][-1:] == ["error"], events
     assert [e.type for e in events if e.type != "transcript-start"] == ["error"]
+    assert_no_traceback(caplog, srv.server)
     lines = server_lines(caplog)
     assert len(lines) == 1, [r.getMessage() for r in lines]
-    assert_no_traceback(caplog)
     assert described(srv.port)
 
 
 def test_abrupt_disconnects_mid_event_cost_one_line_each(light, caplog):
-    """Row 5: 50 clients that vanish (RST) in the middle of a header, its data or a payload."""
+    """Row 5: clients that vanish (RST) in the middle of a header, its data or a payload."""
     srv = light()
     caplog.set_level(logging.INFO)
     cuts = [b'{"type": "audio-st', b'{"type": "transcribe", "data_length": 100}\n{"la',
             start16() + chunk16(b"\0\0" * 1600)[:-100]]
-    for i in range(50):
+    for i in range(15):
         sock = connect(srv.port)
         sock.sendall(cuts[i % 3])
-        time.sleep(0.01)
+        time.sleep(0.01)  # the server reads what came before the reset
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")  # close = RST
         sock.close()
-    time.sleep(0.5)
-    assert len(server_lines(caplog)) <= 50
-    assert_no_traceback(caplog)
+    assert_no_traceback(caplog, srv.server)
+    assert len(server_lines(caplog)) <= 15
     assert described(srv.port)
 
 
@@ -331,11 +336,11 @@ def test_clients_outside_wyoming_allow_are_closed_at_once(light, caplog):
 def test_a_flood_of_bad_clients_is_logged_at_a_bounded_rate(light, caplog):
     srv = light()
     caplog.set_level(logging.INFO)
-    for _ in range(200):
+    for _ in range(60):  # three times the burst
         exchange(srv.port, b"[]\n")
     lines = server_lines(caplog)
     assert len(lines) <= 21, len(lines)  # a burst of 20, then counted for a summary line
-    assert srv.server.stats.errors == 200
+    assert srv.server.stats.errors == 60
     assert described(srv.port)
 
 
@@ -407,8 +412,7 @@ def test_chunk_handling_is_linear_in_the_audio_however_it_is_chunked():
 
     small, large = cost(40_000), cost(160_000)
     print(f"\n40,000 one-sample chunks: {small:.2f} s; 160,000: {large:.2f} s ({large / small:.1f}x)")
-    assert large / small < 7
-    assert large < 10  # 10 s of audio
+    assert large / small < 7  # the growth, whatever the machine's speed
 
 
 def test_after_the_endpoint_only_chunks_with_audio_count_as_progress():
@@ -473,95 +477,46 @@ def test_stopping_with_clients_connected_logs_nothing(light, caplog):
 # -- the daemon in a subprocess: what an attack costs it --------------------------------------
 
 
-def proc_status(pid: int, field: str) -> float:
-    """A /proc/<pid>/status field in MB (VmRSS: resident now; VmHWM: the peak)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(field)
-
-
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-@dataclass
-class Daemon:
-    proc: subprocess.Popen
-    port: int
-    log: Path
-    uri: str
+@dataclass(frozen=True)
+class Idle:
+    """What the daemon holds between requests."""
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    rss_mb: float
+    files: int
+    threads: int
 
-    def rss(self) -> float:
-        return proc_status(self.pid, "VmRSS")
-
-    def idle_cpu(self, seconds: float = 2.0) -> float:
-        """The share of a core the daemon uses while nobody talks to it."""
-        c0, t0 = cpu_s(self.pid), time.monotonic()
-        time.sleep(seconds)
-        return (cpu_s(self.pid) - c0) / (time.monotonic() - t0)
-
-    def log_text(self) -> str:
-        return self.log.read_text()
-
-
-def limit_files(n: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
-    return apply
+    @classmethod
+    def of(cls, d: Server) -> Idle:
+        return cls(d.rss(), d.files(), d.threads())
 
 
 @pytest.fixture(scope="module")
-def daemon(tiny_bundle, tmp_path_factory) -> Iterator[Daemon]:
-    """The daemon as a Wyoming server only, with 256 file descriptors (a flood of connections
-    runs it out of them unless the cap holds); warmed up by one request."""
-    tmp = tmp_path_factory.mktemp("limits")
-    port = free_port()
-    config = tmp / "edgeasr.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": {"path": str(tiny_bundle)}, "encoder": {"backend": "onnx"}, "input": {"source": "none"},
-        "state_dir": str(tmp / "state"), "wyoming": {"uri": f"tcp://{HOST}:{port}"}}))
-    log = tmp / "daemon.log"
-    with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "edgeasr", "--config", str(config)], cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limit_files(256))
-    d = Daemon(proc, port, log, f"tcp://{HOST}:{port}")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection((HOST, port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        raise AssertionError(f"the daemon did not start:\n{log.read_text()[-3000:]}")
+def daemon(wyoming_daemon: Server) -> Iterator[Server]:
+    """The shared Wyoming daemon (its open files limited: a flood of connections runs it out of
+    them unless the cap holds), warmed up by one request; after the attacks here, its log holds
+    no traceback and no sign that it ran out of anything."""
+    d = wyoming_daemon
     # warm: the engine's first decodes (one window and more) allocate what later ones reuse
     from conftest import DEV
 
-    try:
-        assert asyncio.run(transcribe(d.uri, clip(DEV, LONG))).text and served(d)
-        yield d
-    finally:  # the daemon never outlives its tests, whatever failed
-        proc.terminate()
-    assert proc.wait(60) == 0, d.log_text()[-3000:]
+    assert asyncio.run(transcribe(d.uri, clip(DEV, LONG))).text and served(d)
+    yield d
     text = d.log_text()
     assert "Traceback" not in text and "Task exception" not in text and "out of system resource" not in text
 
 
-def served(d: Daemon, within_s: float = 30.0) -> bool:
+def served(d: Server) -> bool:
     """A normal request, as Home Assistant makes it (the `wyoming` package's client)."""
-    t0 = time.monotonic()
     reply = asyncio.run(transcribe(d.uri, clip_audio()))
     ok = reply.error is None and "silly" in (reply.text or "").lower()
     if not ok:
         print(f"a normal request failed: {reply}")
-    return ok and time.monotonic() - t0 < within_s
+    return ok
 
 
 _CLIP: list[np.ndarray] = []
@@ -575,32 +530,36 @@ def clip_audio() -> np.ndarray:
     return _CLIP[0]
 
 
-def recovered(d: Daemon, rss_before: float, what: str) -> dict:
-    """The targets after an attack: a normal client served within seconds, RSS within 50 MB of
-    before, idle CPU under 3 % of a core, no traceback in the log."""
-    t0 = time.monotonic()
+def recovered(d: Server, before: Idle, what: str) -> dict:
+    """The targets after an attack: a normal client served, and then nothing left behind: the
+    connections closed and no thread more than before, RSS within 50 MB of before, no
+    traceback in the log."""
     assert served(d), f"{what}: a normal request failed"
-    serve_s = time.monotonic() - t0
-    cpu = d.idle_cpu()
-    rss = d.rss()
-    figures = {"rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss, 1),
-               "idle_cpu_pct": round(100 * cpu, 2), "served_in_s": round(serve_s, 2)}
+    deadline = time.monotonic() + 10
+    while (d.files(), d.threads()) > (before.files, before.threads) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server closes its side of the last connection
+    figures = {"rss_before_mb": round(before.rss_mb, 1), "rss_after_mb": round(d.rss(), 1),
+               "files": (before.files, d.files()), "threads": (before.threads, d.threads())}
     print(f"\n{what}: {figures}")
-    assert rss - rss_before < 50, figures
-    assert cpu < 0.03, figures
+    assert d.files() <= before.files and d.threads() <= before.threads, figures
+    assert figures["rss_after_mb"] - before.rss_mb < 50, figures
     text = d.log_text()
     assert "Traceback" not in text and "Task exception" not in text, text[-3000:]
     return figures
 
 
-def test_row1_a_thousand_idle_connections_do_not_lock_out_home_assistant(daemon):
-    rss0, lines0 = daemon.rss(), len(daemon.log_text().splitlines())
+def test_row1_idle_connections_past_the_file_limit_do_not_lock_out_home_assistant(daemon):
+    """Twice as many connections as the daemon may open files, each sending an unknown event:
+    only wyoming.max_connections keeps it serving."""
+    before, lines0 = Idle.of(daemon), len(daemon.log_text().splitlines())
+    cap = load_config(None).wyoming.max_connections
+    n = 2 * SHARED_FILE_LIMIT
     socks = []
-    for _ in range(1000):
+    for _ in range(n):
         s = connect(daemon.port)
         s.sendall(frame("nonsense", {"every": "20 s"}))
         socks.append(s)
-    assert served(daemon, within_s=15)  # while all of them are still open on the client's side
+    assert served(daemon)  # while all of them are still open on the client's side
     closed = 0
     for s in socks:
         s.settimeout(0.01)
@@ -611,11 +570,11 @@ def test_row1_a_thousand_idle_connections_do_not_lock_out_home_assistant(daemon)
         except TimeoutError:
             pass
         s.close()
-    assert closed >= 1000 - 16  # all but the cap's worth were closed by the server
+    assert closed >= n - cap  # all but the cap's worth were closed by the server
     new_lines = daemon.log_text().splitlines()[lines0:]
-    print(f"\n1000 connections: {len(new_lines)} log lines")
+    print(f"\n{n} connections: {len(new_lines)} log lines")
     assert len(new_lines) < 60
-    recovered(daemon, rss0, "row 1: 1000 connections sending unknown events")
+    recovered(daemon, before, f"row 1: {n} connections sending unknown events")
 
 
 def stream(port: int, head: bytes, total: int) -> tuple[list[Event], int]:
@@ -638,38 +597,39 @@ def stream(port: int, head: bytes, total: int) -> tuple[list[Event], int]:
     return ([answer] if answer else []), sent
 
 
+READ_BOUND = 64 << 20  # what the server may have taken (socket buffers and its linger), far over
+
+
 def test_row2_declared_lengths_are_refused_before_a_byte_is_read(daemon):
-    rss0 = daemon.rss()
+    before = Idle.of(daemon)
     for head in (b'{"type": "transcribe", "data_length": 2147483648}\n',
                  b'{"type": "nonsense", "payload_length": 2147483648}\n',
                  start16() + b'{"type": "audio-chunk", "payload_length": 2147483648}\n'):
-        for _ in range(3):
-            answer, sent = stream(daemon.port, head, 512 << 20)
-            assert codes(answer) in (["too-large"], ["audio-too-long"]), answer
-            assert sent < 64 << 20, sent  # socket buffers, not 512 MiB
-    recovered(daemon, rss0, "row 2: 2^31 declared, 512 MiB streamed, 9 times")
+        answer, sent = stream(daemon.port, head, 2 * READ_BOUND)
+        assert codes(answer) in (["too-large"], ["audio-too-long"]), answer
+        assert sent < READ_BOUND, sent  # socket buffers, not all that was offered
+    recovered(daemon, before, "row 2: 2^31 declared, 128 MiB offered, 3 times")
 
 
 def test_row3_refused_audio_starts_leave_nothing_behind(daemon):
-    rss0, cpu0 = daemon.rss(), daemon.idle_cpu(1.0)
-    for _ in range(5000):
+    """The lanes are counted in process (above); here what many refusals cost the daemon."""
+    before = Idle.of(daemon)
+    for _ in range(200):
         assert codes(exchange(daemon.port, start16(rate=0, width=3))) == ["bad-request"]
-    figures = recovered(daemon, rss0, "row 3: 5000 refused audio-starts")
-    print(f"idle CPU before {100 * cpu0:.2f} %, after {figures['idle_cpu_pct']} %")
+    recovered(daemon, before, "row 3: 200 refused audio-starts")
 
 
 def test_row4_a_256_mib_chunk_is_refused_within_100_mb_of_peak(daemon):
-    rss0 = daemon.rss()
+    before = Idle.of(daemon)
     Path(f"/proc/{daemon.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
     header = {"type": "audio-chunk", "data_length": 42, "payload_length": 256 << 20}
     data = json.dumps({"rate": 16000, "width": 2, "channels": 1}).encode()
-    for _ in range(3):
-        answer, sent = stream(daemon.port, start16() + json.dumps(header).encode() + b"\n" + data, 256 << 20)
-        assert codes(answer) == ["too-large"] and sent < 64 << 20  # over the 4 MiB a payload may have
+    answer, sent = stream(daemon.port, start16() + json.dumps(header).encode() + b"\n" + data, 256 << 20)
+    assert codes(answer) == ["too-large"] and sent < READ_BOUND  # over the 4 MiB a payload may have
     peak = proc_status(daemon.pid, "VmHWM")
-    print(f"\nrow 4: peak RSS {peak:.0f} MB, {peak - rss0:.0f} MB over the {rss0:.0f} MB before")
-    assert peak - rss0 < 100
-    recovered(daemon, rss0, "row 4: a 256 MiB audio-chunk, 3 times")
+    print(f"\nrow 4: peak RSS {peak:.0f} MB, {peak - before.rss_mb:.0f} MB over the {before.rss_mb:.0f} MB before")
+    assert peak - before.rss_mb < 100
+    recovered(daemon, before, "row 4: a 256 MiB audio-chunk")
 
 
 def test_row4_the_largest_chunk_allowed_is_converted_within_100_mb_of_peak(daemon):
@@ -693,17 +653,17 @@ def test_row4_the_largest_chunk_allowed_is_converted_within_100_mb_of_peak(daemo
 
 
 def test_row5_malformed_events_and_abrupt_disconnects(daemon):
-    rss0 = daemon.rss()
-    for _ in range(2):
-        for data in MALFORMED.values():
-            assert codes(exchange(daemon.port, data)), data[:60]
-    for i in range(50):
+    before = Idle.of(daemon)
+    for data in MALFORMED.values():
+        assert codes(exchange(daemon.port, data)), data[:60]
+    for i in range(15):
         sock = connect(daemon.port)
         sock.sendall(start16() + chunk16(b"\0\0" * 1600)[: 100 + i])
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
         sock.close()
-    time.sleep(0.5)  # the last sessions end as their resets are read (until then: busy)
-    recovered(daemon, rss0, "row 5: malformed events, 50 abrupt disconnects")
+    # the last sessions end as their resets are read (until then a new one is busy)
+    wait_until(lambda: codes(exchange(daemon.port, start16())) == [], timeout_s=30)
+    recovered(daemon, before, "row 5: malformed events, 15 abrupt disconnects")
 
 
 def one_sample_events(pcm: bytes, samples_per_chunk: int) -> bytes:
@@ -711,7 +671,7 @@ def one_sample_events(pcm: bytes, samples_per_chunk: int) -> bytes:
     return b"".join(chunk16(pcm[i:i + step]) for i in range(0, len(pcm), step))
 
 
-def timed_request(d: Daemon, pcm: bytes, samples_per_chunk: int) -> tuple[str, float, float]:
+def timed_request(d: Server, pcm: bytes, samples_per_chunk: int) -> tuple[str, float, float]:
     """A request with its events pre-encoded and sent in one go: the transcript, the daemon's
     CPU seconds to it and the wall time."""
     blob = start16() + one_sample_events(pcm, samples_per_chunk) + frame("audio-stop")
@@ -725,24 +685,25 @@ def timed_request(d: Daemon, pcm: bytes, samples_per_chunk: int) -> tuple[str, f
     return text, cpu_s(d.pid) - c0, wall
 
 
-def test_row6_one_sample_chunks_cost_linear_time(daemon, dev_dir):
-    rss0 = daemon.rss()
-    pcm = np.concatenate([clip(dev_dir, LONG)] * 2)[: 16000 * 23].tobytes()  # 23 s
+def test_row6_one_sample_chunks_read_as_the_same_audio(daemon, dev_dir):
+    """11.7 s (a window committed while it arrives) in one-sample audio-chunks: the transcript
+    of the same audio in 100 ms chunks. (That their cost is linear is checked in process.)"""
+    before = Idle.of(daemon)
+    pcm = clip(dev_dir, LONG).tobytes()
     text_100ms, cpu_100ms, _ = timed_request(daemon, pcm, 1600)
     text_1, cpu_1, wall_1 = timed_request(daemon, pcm, 1)
     per_event_us = 1e6 * (cpu_1 - cpu_100ms) / (len(pcm) // 2)
-    print(f"\nrow 6: 23 s in 100 ms chunks {cpu_100ms:.1f} s CPU; in {len(pcm) // 2} one-sample chunks "
-          f"{cpu_1:.1f} s CPU ({per_event_us:.0f} us per event), {wall_1:.1f} s to the transcript")
+    print(f"\nrow 6: {len(pcm) // 2 / 16000:.1f} s in 100 ms chunks {cpu_100ms:.1f} s CPU; in {len(pcm) // 2} "
+          f"one-sample chunks {cpu_1:.1f} s CPU ({per_event_us:.0f} us per event), {wall_1:.1f} s to the transcript")
     assert wer(text_100ms, text_1) <= 0.05, (text_100ms, text_1)
-    assert per_event_us < 60  # measured: 18 us
-    recovered(daemon, rss0, "row 6: 368,000 one-sample chunks")
+    recovered(daemon, before, f"row 6: {len(pcm) // 2} one-sample chunks")
 
 
 def test_fuzzed_headers_and_payloads_leave_the_server_serving(daemon):
-    """Seeded random events for a few seconds: headers of random JSON, lengths, types, data
+    """Seeded random events, the same every run: headers of random JSON, lengths, types, data
     and payloads, whole or cut; the server answers or closes, and serves a normal client."""
     rng = random.Random(27)
-    rss0 = daemon.rss()
+    before = Idle.of(daemon)
     values = [None, True, -1, 0, 1, 3, 2**31, 2**64, 1.5, float("nan"), "", "x" * 100, [], {}, {"a": [1]}]
     types = ["describe", "transcribe", "audio-start", "audio-chunk", "audio-stop", "ping", "", "x" * 70]
     keys = ["type", "data", "data_length", "payload_length", "version", "rate", "width", "channels"]
@@ -761,9 +722,7 @@ def test_fuzzed_headers_and_payloads_leave_the_server_serving(daemon):
         raw = json.dumps(header, allow_nan=True).encode() + b"\n" + payload
         return raw[: rng.randint(1, len(raw))] if rng.random() < 0.2 else raw
 
-    deadline = time.monotonic() + 8
-    tries = 0
-    while time.monotonic() < deadline:
+    for _ in range(FUZZ_CONNECTIONS):
         prefix = rng.choice([b"", start16(), frame("transcribe") + start16()])
         with connect(daemon.port) as sock:
             sock.settimeout(5)
@@ -774,10 +733,10 @@ def test_fuzzed_headers_and_payloads_leave_the_server_serving(daemon):
                     pass
             except (ConnectionError, TimeoutError):
                 pass
-        tries += 1
-    print(f"\nfuzz: {tries} connections")
-    assert tries > 50
-    recovered(daemon, rss0, f"fuzz: {tries} connections of random events")
+    recovered(daemon, before, f"fuzz: {FUZZ_CONNECTIONS} connections of random events")
+
+
+FUZZ_CONNECTIONS = 150
 
 
 def test_the_daemon_serves_while_attacked(daemon):
@@ -791,13 +750,13 @@ def test_the_daemon_serves_while_attacked(daemon):
             except OSError:
                 pass
 
-    rss0 = daemon.rss()
+    before = Idle.of(daemon)
     attacker = threading.Thread(target=flood)
     attacker.start()
     try:
         for _ in range(3):
-            assert served(daemon, within_s=30)
+            assert served(daemon)
     finally:
         stop.set()
         attacker.join()
-    recovered(daemon, rss0, "normal requests beside a flood of malformed clients")
+    recovered(daemon, before, "normal requests beside a flood of malformed clients")
