@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "edgeasr.commands.bench_decoder",
     "edgeasr.commands.bench_streams",
     "edgeasr.commands.bench_commands",
+    "edgeasr.commands.selftest",
 )
 
 
