@@ -55,9 +55,11 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 root=$work/root
 cache=$work/cache
 logs=$work/logs
-# What the Pi has and our steps use beside the package: systemd (systemd-analyze), alsa-utils
-# (/usr/share/sounds/alsa/Front_Center.wav)
-root_packages=systemd,alsa-utils
+# What Raspberry Pi OS has and our steps use beside the package: systemd (systemd-analyze),
+# alsa-utils (/usr/share/sounds/alsa/Front_Center.wav), python3 (byte-compiling its standard
+# library takes minutes emulated). The package's other dependencies (python3-venv,
+# python3-systemd, libportaudio2) come in the offline install, in the same apt run, as on a Pi.
+root_packages=systemd,alsa-utils,python3
 root_tar=$cache/bookworm-arm64-${root_packages//,/-}.tar
 # The Raspberry Pi 5's /proc/cpuinfo: qemu-user shows the host's x86 one, and onnxruntime's
 # cpuinfo parser crashes on it (--break cpuinfo keeps it)
@@ -72,6 +74,8 @@ max_wer=0.15  # tiny.en on these two clips: 0 and ~0.1 natively
 
 mkdir -p "$cache/archives" "$logs"
 summary=()
+# Each step is a function that returns non-zero on failure; bash ignores `set -e` inside a function
+# whose status is tested, so the steps check their commands themselves.
 step() {  # step NAME COMMAND...: run, time, record; stop the check on failure
     local name=$1 start code
     shift
@@ -139,30 +143,30 @@ make_root_tarball() {
     rm -rf "$fresh"
     debootstrap --arch=arm64 --include="$root_packages" bookworm "$fresh" "$mirror" > "$logs/debootstrap.log" 2>&1 || {
         tail -n 20 "$logs/debootstrap.log"; return 1; }
-    chroot "$fresh" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get -q update > "$logs/apt-update.log" 2>&1
-    chroot "$fresh" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get clean
-    tar -C "$fresh" -cf "$root_tar.partial" .
-    mv "$root_tar.partial" "$root_tar"
+    chroot "$fresh" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get -q update > "$logs/apt-update.log" 2>&1 &&
+        chroot "$fresh" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get clean &&
+        tar -C "$fresh" -cf "$root_tar.partial" . &&
+        mv "$root_tar.partial" "$root_tar" || return 1
     rm -rf "$fresh"
 }
 
 root_from_cache() {
     if [ "$refresh" = 1 ] || [ ! -f "$root_tar" ]; then
         echo "   no cached root: debootstrap --arch=arm64 bookworm (once; ~15 min emulated)"
-        make_root_tarball
+        make_root_tarball || return 1
     fi
     unmount_root
     rm -rf "$root"
     mkdir -p "$root"
-    tar -C "$root" -xf "$root_tar"
-    mount -t proc proc "$root/proc"
-    mount --rbind /sys "$root/sys"
-    mount --rbind /dev "$root/dev"
-    mount -t tmpfs tmpfs "$root/run"
-    mount --bind "$cache/archives" "$root/var/cache/apt/archives"
+    tar -C "$root" -xf "$root_tar" &&
+        mount -t proc proc "$root/proc" &&
+        mount --rbind /sys "$root/sys" &&
+        mount --rbind /dev "$root/dev" &&
+        mount -t tmpfs tmpfs "$root/run" &&
+        mount --bind "$cache/archives" "$root/var/cache/apt/archives" || return 1
     if [ "$breaks" != cpuinfo ]; then
         cpuinfo_a76 > "$work/cpuinfo"
-        mount --bind "$work/cpuinfo" "$root/proc/cpuinfo"
+        mount --bind "$work/cpuinfo" "$root/proc/cpuinfo" || return 1
     fi
     cp /etc/resolv.conf "$root/etc/resolv.conf"
     in_root "uname -m; grep -m1 'CPU part' /proc/cpuinfo || true"
@@ -171,7 +175,7 @@ root_from_cache() {
 break_package() {  # a copy of the package with onnxruntime broken as asked
     local tree=$work/broken
     rm -rf "$tree"
-    dpkg-deb --raw-extract "$deb" "$tree"
+    dpkg-deb --raw-extract "$deb" "$tree" || return 1
     local wheels=$tree/usr/lib/edgeasr/wheels wheel
     wheel=$(ls "$wheels"/onnxruntime-*.whl)
     if [ "$breaks" = onnxruntime-missing ]; then
@@ -181,19 +185,19 @@ break_package() {  # a copy of the package with onnxruntime broken as asked
         local unpacked=$work/wheel
         rm -rf "$unpacked"
         mkdir -p "$unpacked"
-        python3 -m zipfile -e "$wheel" "$unpacked"
+        python3 -m zipfile -e "$wheel" "$unpacked" || return 1
         local module
         module=$(ls "$unpacked"/onnxruntime/capi/onnxruntime_pybind11_state*.so)
-        truncate -s 4096 "$module"  # the ELF header stays, the rest is gone
+        truncate -s 4096 "$module" || return 1  # the ELF header stays, the rest is gone
         rm "$wheel"
-        (cd "$unpacked" && python3 -m zipfile -c "$wheel" ./*)
+        (cd "$unpacked" && python3 -m zipfile -c "$wheel" ./*) || return 1
         local digest
         digest=$(sha256sum "$wheel" | cut -d' ' -f1)
         sed -i "s/^\(onnxruntime==[^ ]*\) --hash=sha256:.*/\1 --hash=sha256:$digest/" "$wheels/requirements.txt"
     fi
     (cd "$tree" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | xargs -0 md5sum > DEBIAN/md5sums)
     deb=$work/dist/edgeasr-broken-$breaks.deb
-    dpkg-deb --root-owner-group -Zgzip -b "$tree" "$deb" >/dev/null
+    dpkg-deb --root-owner-group -Zgzip -b "$tree" "$deb" >/dev/null || return 1
     rm -rf "$tree" "$work/wheel"
 }
 
@@ -206,7 +210,7 @@ native_bundle() {  # the default bundle built here, named as the device names it
 import edgeasr, pathlib
 from edgeasr.models.default import default_dir
 assert edgeasr.__version__ == '$version', f'{edgeasr.__version__} installed beside the checkout ($version): pip install -e . again'
-print(default_dir(pathlib.Path('/')).name)")
+print(default_dir(pathlib.Path('/')).name)") || return 1
     carried=$cache/bundles/$tree/$name
     if [ ! -f "$carried/manifest.json" ]; then
         rm -rf "$cache/bundles/$tree"
@@ -229,8 +233,8 @@ snapshot() {  # every path in the root but the virtual file systems and apt's ca
 
 carry_bundle() {  # the service's user and its state directory, as the postinst makes them
     in_root "adduser --system --group --home /var/lib/edgeasr --no-create-home --quiet edgeasr &&
-        install -d -o edgeasr -g edgeasr -m 0750 /var/lib/edgeasr /var/lib/edgeasr/models"
-    cp -a "$carried" "$root/var/lib/edgeasr/models/"
+        install -d -o edgeasr -g edgeasr -m 0750 /var/lib/edgeasr /var/lib/edgeasr/models" || return 1
+    cp -a "$carried" "$root/var/lib/edgeasr/models/" || return 1
     in_root "chown -R edgeasr:edgeasr /var/lib/edgeasr/models"
 }
 
@@ -240,9 +244,18 @@ dependencies() {  # apt's own download of what the package depends on, while the
         tail -n 20 "$logs/dependencies.log"; return 1; }
 }
 
+stamped() {  # each line of stdin after the seconds since the epoch
+    local line
+    while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done
+}
+
 install_offline() {
     local code=0
-    in_root --offline "apt-get install -y -q /tmp/edgeasr.deb" > "$logs/install.log" 2>&1 || code=$?
+    in_root --offline "apt-get install -y -q /tmp/edgeasr.deb" 2>&1 | stamped > "$logs/install.log"
+    code=${PIPESTATUS[0]}
+    awk '/ Setting up edgeasr / { start = $1 } start { end = $1 }
+         END { if (start) printf "   edgeasr'"'"'s postinst: %d s of the install\n", end - start }' "$logs/install.log"
+    sed -i 's/^[0-9]* //' "$logs/install.log"
     grep -E '^(build-venv|imports|weights|graphs|edgeasr):|INFO edgeasr' "$logs/install.log" | sed 's/^/   /' || true
     if [ -n "$breaks" ]; then  # must fail, naming the package
         grep -E '^edgeasr: self-test: cannot load onnxruntime' "$logs/install.log" | sed 's/^/   the message: /'
@@ -296,8 +309,8 @@ check_and_self_test() {
     as_service "edgeasr check --config /etc/edgeasr/edgeasr.yaml --input /usr/share/sounds/alsa/Front_Center.wav" \
         > "$logs/check.log" 2>&1 || { cat "$logs/check.log"; return 1; }
     sed 's/^/   /' "$logs/check.log"
-    grep -q '^state_dir: ok (/var/lib/edgeasr,' "$logs/check.log"
-    grep -q '^model: ok (.*/var/lib/edgeasr/models/whisper-tiny.en-' "$logs/check.log"
+    grep -q '^state_dir: ok (/var/lib/edgeasr,' "$logs/check.log" &&
+        grep -q '^model: ok (.*/var/lib/edgeasr/models/whisper-tiny.en-' "$logs/check.log" || return 1
     as_service "edgeasr self-test" > "$logs/self-test.log" 2>&1 || { cat "$logs/self-test.log"; return 1; }
     sed 's/^/   /' "$logs/self-test.log"
 }
