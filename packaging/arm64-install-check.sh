@@ -3,9 +3,9 @@
 # a clone of HEAD, installed with apt into an emulated Debian bookworm arm64 root (debootstrap,
 # qemu-user-static through binfmt_misc) with the network cut, then, still offline, as the
 # service's user: the embedded default on the ALSA prompt "Front Center", `edgeasr transcribe` on
-# two dev clips, `edgeasr check` with the packaged configuration, `edgeasr self-test`; the unit
-# checked with systemd-analyze (verify, security --offline) inside the root; purge, and every
-# file the package made gone. Prints each step's wall time and a summary.
+# a dev clip, `edgeasr check` with the packaged configuration, `edgeasr self-test`; the unit
+# checked with systemd-analyze (verify, security --offline) inside the root; purge, and nothing
+# of the package left. Prints each step's wall time and a summary.
 #
 #   sudo bash packaging/arm64-install-check.sh [OPTIONS] [WORKDIR]   (default /var/tmp/edgeasr-arm64)
 #
@@ -20,6 +20,8 @@
 #                      truncated inside the wheel (the lock re-hashed, as a bad upstream build would
 #                      be); cpuinfo: the root keeps the emulator's x86 /proc/cpuinfo, on which
 #                      onnxruntime's import crashes
+#   --clip ID          a dev clip (../shared/eval/dev) for `edgeasr transcribe`, repeatable
+#                      (default ljs_LJ001-0009)
 #   --speed N          also run packaging/speed-probe.py N times natively and emulated, in turns
 #   --refresh          build the cached root again (debootstrap)
 #
@@ -31,13 +33,15 @@
 set -euo pipefail
 [ "$(id -u)" -eq 0 ] || { echo "arm64-install-check: run as root (debootstrap, chroot, unshare)" >&2; exit 77; }
 
-bundle=native breaks="" speed=0 refresh=0 work=""
+bundle=native breaks="" speed=0 refresh=0 work="" clips=()
+default_clip=ljs_LJ001-0009  # 7.6 s, one window: a window costs a minute or more emulated
 while [ $# -gt 0 ]; do
     case "$1" in
         --bundle) bundle=$2; shift 2 ;;
         --break) breaks=$2; shift 2 ;;
         --speed) speed=$2; shift 2 ;;
         --refresh) refresh=1; shift ;;
+        --clip) clips+=("$2"); shift 2 ;;
         -*) echo "arm64-install-check: unknown option $1" >&2; exit 64 ;;
         *) work=$1; shift ;;
     esac
@@ -46,6 +50,7 @@ case "$bundle" in native|emulated) ;; *) echo "arm64-install-check: --bundle nat
 case "$breaks" in ""|onnxruntime-missing|onnxruntime-corrupt|cpuinfo) ;;
     *) echo "arm64-install-check: --break onnxruntime-missing|onnxruntime-corrupt|cpuinfo" >&2; exit 64 ;; esac
 
+[ ${#clips[@]} -gt 0 ] || clips=("$default_clip")
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(git -C "$here" rev-parse --show-toplevel)
 shared=$(cd "$repo/../shared" && pwd)
@@ -69,8 +74,7 @@ cpuinfo_a76() {
     done
 }
 export QEMU_CPU=cortex-a76
-clips=(jfk_inaugural-1961 ls_test-other_1688-142285-0000)
-max_wer=0.15  # tiny.en on these two clips: 0 and ~0.1 natively
+max_wer=0.15
 
 mkdir -p "$cache/archives" "$logs"
 summary=()
@@ -251,11 +255,11 @@ stamped() {  # each line of stdin after the seconds since the epoch
 
 install_offline() {
     local code=0
-    in_root --offline "apt-get install -y -q /tmp/edgeasr.deb" 2>&1 | stamped > "$logs/install.log"
+    in_root --offline "apt-get install -y -q /tmp/edgeasr.deb" 2>&1 | stamped > "$logs/install-stamped.log"
     code=${PIPESTATUS[0]}
     awk '/ Setting up edgeasr / { start = $1 } start { end = $1 }
-         END { if (start) printf "   edgeasr'"'"'s postinst: %d s of the install\n", end - start }' "$logs/install.log"
-    sed -i 's/^[0-9]* //' "$logs/install.log"
+         END { if (start) printf "   edgeasr'"'"'s postinst: %d s of the install\n", end - start }' "$logs/install-stamped.log"
+    sed 's/^[0-9]* //' "$logs/install-stamped.log" > "$logs/install.log"
     grep -E '^(build-venv|imports|weights|graphs|edgeasr):|INFO edgeasr' "$logs/install.log" | sed 's/^/   /' || true
     if [ -n "$breaks" ]; then  # must fail, naming the package
         grep -E '^edgeasr: self-test: cannot load onnxruntime' "$logs/install.log" | sed 's/^/   the message: /'
@@ -324,26 +328,28 @@ unit() {
     grep -E 'Overall exposure' "$logs/security.log" | sed 's/^/   /'
 }
 
-purge() {
-    in_root --offline "apt-get purge -y -q edgeasr" > "$logs/purge.log" 2>&1 || { tail -n 20 "$logs/purge.log"; return 1; }
+left_behind() {  # the package's own files and every path named edgeasr that appeared since the
+    # install (its dependencies stay installed, as apt leaves them; the edgeasr user stays, as
+    # Debian practice has it; dpkg and apt keep their records and logs)
     snapshot "$work/after.txt"
-    # what may stay: the system user (Debian practice) and dpkg's and apt's own records
-    comm -13 "$work/before.txt" "$work/after.txt" | grep -Ev \
-        '^/(etc/(passwd|group|shadow|gshadow)-?|var/lib/dpkg/.*|var/lib/apt/.*|var/log/.*|var/cache/(debconf|ldconfig)/.*)$' \
-        > "$work/leftovers.txt" || true
+    dpkg-deb --fsys-tarfile "$deb" | tar -t | sed -n 's|^\./|/|; /[^/]$/p' | sort > "$work/payload.txt"
+    { comm -12 "$work/payload.txt" "$work/after.txt"
+      comm -13 "$work/before.txt" "$work/after.txt" | grep -i edgeasr | grep -Ev '^/var/(lib/dpkg|log|cache/apt)/'
+    } | sort -u > "$work/leftovers.txt"
     if [ -s "$work/leftovers.txt" ]; then
         echo "   left behind:"; sed 's/^/     /' "$work/leftovers.txt"; return 1
     fi
-    echo "   nothing left behind but the edgeasr user and dpkg's records"
+    echo "   nothing of the package left ($(wc -l < "$work/payload.txt") files shipped), no path named edgeasr"
+}
+
+purge() {
+    in_root --offline "apt-get purge -y -q edgeasr" > "$logs/purge.log" 2>&1 || { tail -n 20 "$logs/purge.log"; return 1; }
+    left_behind
 }
 
 cleanup_broken() {  # a failed configuration leaves a half-installed package: purge it
-    in_root --offline "dpkg --purge edgeasr" > "$logs/purge.log" 2>&1
-    snapshot "$work/after.txt"
-    comm -13 "$work/before.txt" "$work/after.txt" | grep -Ev \
-        '^/(etc/(passwd|group|shadow|gshadow)-?|var/lib/dpkg/.*|var/lib/apt/.*|var/log/.*|var/cache/(debconf|ldconfig)/.*)$' \
-        > "$work/leftovers.txt" || true
-    [ ! -s "$work/leftovers.txt" ] || { sed 's/^/   left behind: /' "$work/leftovers.txt"; return 1; }
+    in_root --offline "dpkg --purge edgeasr" > "$logs/purge.log" 2>&1 || { tail -n 20 "$logs/purge.log"; return 1; }
+    left_behind
 }
 
 speed_probe() {  # the emulator's slowdown per kind of work, native and emulated runs in turns
@@ -385,7 +391,7 @@ if [ -n "$breaks" ]; then
     exit 0
 fi
 step "embedded default on Front_Center" embedded_default
-step "transcribe ${#clips[@]} dev clips" transcribe
+step "transcribe ${clips[*]}" transcribe
 step "check and self-test as edgeasr" check_and_self_test
 step "unit: verify, security --offline" unit
 if [ "$speed" -gt 0 ]; then
