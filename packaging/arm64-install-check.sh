@@ -61,10 +61,11 @@ root=$work/root
 cache=$work/cache
 logs=$work/logs
 # What Raspberry Pi OS has and our steps use beside the package: systemd (systemd-analyze),
-# alsa-utils (/usr/share/sounds/alsa/Front_Center.wav), python3 (byte-compiling its standard
-# library takes minutes emulated). The package's other dependencies (python3-venv,
-# python3-systemd, libportaudio2) come in the offline install, in the same apt run, as on a Pi.
-root_packages=systemd,alsa-utils,python3
+# alsa-utils (/usr/share/sounds/alsa/Front_Center.wav), python3 and ca-certificates (set up
+# emulated, byte-compiling the standard library and hashing the certificates take minutes). The
+# package's other dependencies (python3-venv, python3-systemd, libportaudio2) come in the offline
+# install, in the same apt run, as on a Pi.
+root_packages=systemd,alsa-utils,python3,ca-certificates
 root_tar=$cache/bookworm-arm64-${root_packages//,/-}.tar
 # The Raspberry Pi 5's /proc/cpuinfo: qemu-user shows the host's x86 one, and onnxruntime's
 # cpuinfo parser crashes on it (--break cpuinfo keeps it)

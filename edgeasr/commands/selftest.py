@@ -48,7 +48,7 @@ RUNTIME_MODULES = (
 # HailoRT's binding (python3-hailort, or a wheel in /opt/edgeasr/wheels), which must run on the
 # venv's numpy.
 OPTIONAL_MODULES = ("systemd.daemon", "systemd.journal", "hailo_platform")
-CHILD_TIMEOUT_S = 1800  # an emulated arm64 import of onnxruntime takes minutes; a hang does not end
+CHILD_TIMEOUT_S = 1800  # far above the slowest part seen (emulated arm64, a busy machine): a hang
 MARK = "edgeasr-self-test "  # the child's report lines, told apart from what libraries print
 PROBE_WIDTH = 8  # the in-memory graph: LayerNormalization then MatMul, on a [1, PROBE_WIDTH] input
 PROBE_TOLERANCE = 1e-4
@@ -107,8 +107,8 @@ def runtime_modules() -> list[str]:
 def check_imports(modules: list[str], env: Mapping[str, str] | None = None) -> str:
     owners = importlib.metadata.packages_distributions()
     steps = [Step("import", m, _package(owners.get(m.split(".")[0], [m.split(".")[0]])[0])) for m in modules]
-    notes = run_steps(steps, env)
-    return f"ok ({len(steps)} modules: {', '.join(sorted(set(notes)))})"
+    packages = run_steps(steps, env)
+    return f"ok ({len(steps)} modules: {', '.join(sorted(set(packages)))})"
 
 
 def check_weights(dist: importlib.metadata.Distribution | None = None) -> str:
