@@ -166,11 +166,10 @@ def check_graphs(bundle: Path | None, env: Mapping[str, str] | None = None) -> s
 
 
 def _package(distribution: str) -> str:
-    """The distribution and its installed version, as a failure names it."""
-    try:
-        return f"{distribution} {importlib.metadata.version(distribution)}"
-    except importlib.metadata.PackageNotFoundError:
-        return distribution
+    """The distribution and its installed version, as a failure names it: every version when a
+    wheel added with --ignore-installed left two beside each other."""
+    versions = sorted({dist.version for dist in importlib.metadata.distributions(name=distribution)})
+    return f"{distribution} {' and '.join(versions)}" if versions else distribution
 
 
 # --- the child interpreter ----------------------------------------------------------------------
