@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "edgeasr.commands.bench_streams",
     "edgeasr.commands.bench_commands",
     "edgeasr.commands.bench_assist",
+    "edgeasr.commands.selftest",
 )
 
 

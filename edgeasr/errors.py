@@ -49,6 +49,13 @@ class ToolMissingError(EdgeAsrError):
     exit_code = 69  # EX_UNAVAILABLE
 
 
+class PackageLoadError(EdgeAsrError):
+    """An installed Python package that cannot be imported or used here: missing, corrupt, or
+    built for another CPU or page size (`edgeasr self-test`)."""
+
+    exit_code = 70  # EX_SOFTWARE
+
+
 class OutputError(EdgeAsrError):
     """An output file or directory cannot be created or written."""
 

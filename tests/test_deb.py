@@ -162,6 +162,12 @@ def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, re
         version = service_process(["/usr/bin/edgeasr", "--version"])
         assert (version.returncode, version.stdout.strip()) == (0, f"edgeasr {__version__}"), version.stderr
 
+        # The postinst's self-test prepared the embedded default where the service reads it, and
+        # opened its graphs: the service's first start only loads it.
+        assert "graphs: ok (" in result.stdout
+        prepared = list((STATE / "models").glob("whisper-tiny.en-*/manifest.json"))
+        assert len(prepared) == 1 and prepared[0].parent.owner() == "edgeasr"
+
         # A prepared bundle where bundles live on the device, and a file-source config.
         bundle = STATE / "models" / "tiny.en"
         shutil.copytree(tiny_default_bundle, bundle)
@@ -182,18 +188,21 @@ def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, re
         check = service_process(["/usr/bin/edgeasr", "check", "--config", str(config)])
         assert check.returncode == 0, check.stdout + check.stderr
 
-        # The embedded default right after install, no microphone: the first run imports the
-        # weights shipped in the wheelhouse into the state directory, offline, then transcribes.
-        import time
+        # README's check, as an administrator types it: the service's state directory, not
+        # ~edgeasr/.local/state, and the default bundle the postinst prepared there.
+        by_hand = run(["runuser", "-u", "edgeasr", "--", "/usr/bin/edgeasr", "check", "--config",
+                       "/etc/edgeasr/edgeasr.yaml", "--input", str(wav)], cwd="/")
+        assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
+        assert f"state_dir: ok ({STATE}," in by_hand.stdout
+        assert f"model: ok (whisper-tiny.en, 10 s window, {prepared[0].parent})" in by_hand.stdout
 
-        started = time.monotonic()
+        # The embedded default right after install, no microphone, offline.
         first = service_process(["/usr/bin/edgeasr", "--input", str(wav)])
         assert first.returncode == 0, first.stderr
         # 11 s of speech: the segmenter cuts it at a pause before its 10 s limit, two transcripts
         heard_first = " ".join(json.loads(line)["text"] for line in first.stdout.splitlines())
         assert wer(clip["reference"], heard_first) <= 0.1
-        print(f"\nembedded default after install: first run {time.monotonic() - started:.1f} s")
-        assert list((STATE / "models").glob("whisper-tiny.en-*/manifest.json"))
+        assert "preparing the default model bundle" not in first.stderr  # the postinst did
 
         # The installed venv (Debian's python3, the wheelhouse's numpy 1.x) really transcribes.
         heard = service_process(["/usr/bin/edgeasr", "transcribe", "--json", "--backend", "onnx",
@@ -204,4 +213,31 @@ def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, re
         purged = purge()
     assert purged.returncode == 0, purged.stdout + purged.stderr
     assert not installed()
+    assert [p for p in LEFTOVERS if p.exists()] == []
+
+
+def test_a_broken_runtime_wheel_fails_the_install_naming_it(deb, tmp_path):
+    """onnxruntime taken out of the wheelhouse, its wheel and its lock line, as a build that lost it
+    would ship: the postinst's self-test fails the configuration with one line naming it."""
+    tree = tmp_path / "tree"
+    run(["dpkg-deb", "--raw-extract", str(deb), str(tree)], check=True)
+    wheels = tree / "usr/lib/edgeasr/wheels"
+    for wheel in wheels.glob("onnxruntime-*.whl"):
+        wheel.unlink()
+    lock = wheels / "requirements.txt"
+    lock.write_text("".join(line for line in lock.read_text().splitlines(keepends=True)
+                            if not line.startswith("onnxruntime==")))
+    broken = tmp_path / "edgeasr-broken.deb"
+    run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(broken)], check=True)
+    if installed():
+        assert purge().returncode == 0
+    result = run([*APT, "install", str(broken)], env=APT_ENV)
+    try:
+        assert result.returncode != 0
+        assert ("edgeasr: self-test: cannot load onnxruntime (import onnxruntime: ModuleNotFoundError: "
+                "No module named 'onnxruntime')") in result.stdout + result.stderr
+        assert not Path("/opt/edgeasr/venv").exists()  # build-venv left no venv that cannot run
+    finally:
+        purged = run(["dpkg", "--purge", "edgeasr"])
+    assert purged.returncode == 0, purged.stdout + purged.stderr
     assert [p for p in LEFTOVERS if p.exists()] == []
