@@ -77,6 +77,11 @@ def test_the_bench_runs_end_to_end_and_its_numbers_add_up(tmp_path, command_set,
         intents = sum(same_intent(intent_from_json(json.dumps(r["intent"]) if r["intent"] else ""),
                                   intent_from_json(m["intent"])) for r, m in zip(results, manifest))
         assert table[ALL]["intent_accuracy"] == round(intents / COUNT, 4)
+        # a wrong action is an intent found that is not the one said: none found is no action
+        wrong = sum(r["intent"] is not None and not same_intent(
+            intent_from_json(json.dumps(r["intent"])), intent_from_json(m["intent"])) for r, m in zip(results, manifest))
+        assert table[ALL]["wrong_actions"] == wrong
+        assert table[ALL]["not_commands_as_command"] <= wrong <= COUNT - intents
         assert any(r["text"].strip() for r in results)
     # the vocabulary row hears as a user does: `transcribe --set vocabulary.home=FILE` (the
     # home's names and sentences), text for text

@@ -38,6 +38,8 @@ def markdown(report: dict) -> str:
     groups = list(next(iter(rows.values())))
     measures = (("sentence accuracy", lambda g: f"{g['sentence_accuracy']:.0%}"),
                 ("intent accuracy (Home Assistant's matcher, strict)", lambda g: f"{g['intent_accuracy']:.0%}"),
+                ("wrong actions (another command than the one said, or one where none was)",
+                 lambda g: str(g["wrong_actions"])),
                 ("not a command, turned into one", lambda g: f"{g['not_commands_as_command']} of {g['not_commands']}"),
                 ("empty transcripts", lambda g: str(g["empty"])),
                 ("latency median, ms", lambda g: f"{g['latency_ms_median']:g}"))
