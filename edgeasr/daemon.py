@@ -196,7 +196,8 @@ def metrics(engine: Transcriber, worker: Worker, pipeline: Pipeline | None, serv
 def build_wyoming(cfg: Config, bundle: Bundle, worker: Worker, progress: Callable[[], None],
                   vocabulary: Callable[[], Vocabulary]) -> WyomingServer:
     try:
-        from edgeasr.wyoming.server import Service, WyomingServer
+        from edgeasr.wyoming.connection import Service
+        from edgeasr.wyoming.server import WyomingServer
         from edgeasr.wyoming.session import SessionOptions
     except ImportError as exc:
         from edgeasr.errors import ToolMissingError

@@ -42,7 +42,7 @@ def run(args, servers: dict[str, str]) -> dict:
 
     from edgeasr.audio.files import load_audio
     from edgeasr.stages import SAMPLE_RATE
-    from edgeasr.wyoming.server import request
+    from edgeasr.wyoming.client import request
 
     names = _names(args.home) if args.home else None
     utterances = read_set(args.dataset, args.limit)
