@@ -45,6 +45,25 @@ def test_another_action_is_wrong_and_none_is_no_action():
     assert judge(oracle, refused, "turn on the lamp", True).outcome == NONE
 
 
+def test_an_answer_is_compared_as_digits_and_a_timers_time_left_is_not():
+    removed = _heard("action_done", "2 minutes removed from timer", timers=(("timer-updated", True, -120),))
+    said = _heard("action_done", "two minutes removed from timer", timers=(("timer-updated", True, -120),))
+    assert judge(removed, said, "remove 2 minutes from the timer", True).outcome == RIGHT
+
+    def left(speech: str, seconds: int, start_minutes: int = 10) -> Heard:
+        heard = _heard("action_done", speech)
+        assert heard.response is not None
+        heard.response["speech_slots"] = {"timers": [{"name": "", "start_hours": 0, "start_minutes": start_minutes,
+                                                      "start_seconds": 0, "is_active": True,
+                                                      "total_seconds_left": seconds}]}
+        return heard
+
+    question = "how much time is left on the timer"
+    assert judge(left("10 minutes left.", 592), left("9 minutes and 30 seconds left.", 583), question,
+                 True).outcome == RIGHT
+    assert judge(left("10 minutes left.", 592), left("5 minutes left.", 300, 5), question, True).outcome == WRONG
+
+
 def test_a_timer_started_for_another_time_is_wrong():
     oracle = _heard("action_done", "Timer set", timers=(("timer-started", 300),))
     heard = _heard("action_done", "Timer set", timers=(("timer-started", 180),))

@@ -2,8 +2,11 @@
 text said by the same device (the oracle), and the counts of a run.
 
 Two runs did the same when the agent's answer is of the same type with the same targets and the
-same spoken answer (clock times masked: a minute may pass between them), the home's states
-changed the same way, and the satellite got the same timer events. Per clip:
+same spoken answer, the home's states changed the same way, and the satellite got the same timer
+events. Time passes between the two runs, so a spoken answer is compared with its clock times
+masked and, when it speaks of timers, by the timers it names (name, length, running or not),
+not the time they have left; its numbers are compared as digits, since it echoes them as they
+were said ("two minutes removed", "2 minutes removed"). Per clip:
 
 - right: the same as the oracle;
 - wrong: Home Assistant acted (or answered) otherwise than the oracle, or acted where the oracle
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeasr.evaluation.assist_runs import Heard
+from edgeasr.evaluation.scoring import normalizer
 
 RIGHT, WRONG, NONE, NOT_APPLICABLE = "right", "wrong", "none", "n/a"
 ACTED = frozenset({"action_done", "query_answer"})
@@ -38,13 +42,22 @@ def action(heard: Heard) -> tuple[Any, ...]:
     """What a run did, in a form two runs compare by."""
     response = heard.response or {}
     data = response.get("data") or {}
-    speech = ((response.get("speech") or {}).get("plain") or {}).get("speech") or ""
 
     def ids(key: str) -> frozenset[str]:
         return frozenset(t.get("id", t.get("name", "")) for t in data.get(key) or ())
 
-    return (response.get("response_type"), ids("success"), ids("failed"), CLOCK.sub("<time>", speech).strip(),
+    return (response.get("response_type"), ids("success"), ids("failed"), answer(response),
             tuple(sorted(heard.changes.items())), heard.timers)
+
+
+def answer(response: dict[str, Any]) -> Any:
+    """The spoken answer as two runs compare it (the module's docstring says why)."""
+    timers = (response.get("speech_slots") or {}).get("timers")
+    if timers:
+        return tuple(sorted((t.get("name") or "", t.get("start_hours"), t.get("start_minutes"),
+                             t.get("start_seconds"), t.get("is_active")) for t in timers))
+    speech = ((response.get("speech") or {}).get("plain") or {}).get("speech") or ""
+    return normalizer(response.get("language") or "en")(CLOCK.sub(" clock ", speech))
 
 
 def acted(heard: Heard) -> bool:
