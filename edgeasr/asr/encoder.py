@@ -24,7 +24,6 @@ from edgeasr.errors import ConfigError, DeviceError, ModelError
 log = logging.getLogger(__name__)
 
 
-
 class Encoder(Protocol):
     backend: str
 
@@ -48,14 +47,19 @@ def choose_backend(requested: str, *, hailo_present: bool, hef_present: bool) ->
 
 
 def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
-    """An onnxruntime CPU session with a pool of `threads` threads.
+    """An onnxruntime CPU session with a pool of `threads` threads that sleep, never spin,
+    while they wait for work.
 
-    The pool's threads spin while they wait for work within a run: waking a sleeping thread
-    costs more than many of our ops take. When a run ends they stop at once, because the
-    next run is usually another session's and a pool that spins on takes its cores
-    (measured with four pools spinning: encoder 36 -> 75 ms per window). A session that is
-    run back to back (the decoder, token after token) passes `spin_after_run_us` instead:
-    its threads spin that long after a run and so are still awake for the next one.
+    A spinning pool holds its cores between operators, and an operator waits for its slowest
+    thread: beside other work (Home Assistant on the same Pi) every operator then waits for
+    the scheduler. Against spinning (within a run, and 1 ms after each decoder step), on two
+    shared cores with other work on them, interleaved: the encoder 0.51x to 0.75x the time
+    per window, the decoder 0.43x to 0.55x per token, under every load `edgeasr bench --load`
+    knows. Two sleeping threads beat one as well, but beside a process that wakes every 5 ms
+    (the encoder 391 against 323 ms): the scheduler gives two threads two shares of a busy core.
+    On an idle machine sleeping costs the encoder about 3 % (noise) and the decoder 17 % per
+    token; `decoder.spin` (`spin_after_run_us`: how long threads stay awake after a run, for
+    the next one) buys that back where nothing else runs.
     """
     import onnxruntime as ort
 
@@ -68,11 +72,9 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
     # the largest input seen; peak RSS 254 -> 202 MB on the dev set at the same speed
     opts.enable_cpu_mem_arena = False
     opts.enable_mem_pattern = False
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_after_run_us else "0")
     if spin_after_run_us:
         opts.add_session_config_entry("session.intra_op.spin_duration_us", str(spin_after_run_us))
-    else:
-        opts.add_session_config_entry("session.force_spinning_stop", "1")
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     try:
