@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeasr.errors import ConfigError
+from edgeasr.errors import UsageError
 from edgeasr.evaluation.load import LOADS, Neighbours, parse_loads
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def _exits(pid: int) -> bool:
 def test_loads_are_named_and_an_unknown_one_is_refused():
     assert parse_loads("idle,busy1,busy2,wakeful") == ["idle", "busy1", "busy2", "wakeful"]
     assert LOADS["idle"] == () and len(LOADS["busy2"]) == 2
-    with pytest.raises(ConfigError, match="'busy9'"):
+    with pytest.raises(UsageError, match="'busy9'"):
         parse_loads("idle,busy9")
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from edgeasr.errors import ConfigError
+from edgeasr.errors import UsageError
 
 WAKE_PERIOD_S = 0.005  # a neighbour that wakes every 5 ms ...
 WAKE_WORK_S = 0.001  # ... and works 1 ms each time: 20 % of a core, in many short spells
@@ -43,11 +43,11 @@ LOADS: dict[str, tuple[Neighbour, ...]] = {
 
 
 def parse_loads(text: str) -> list[str]:
-    """`--load idle,busy1` -> the loads' names, a ConfigError naming an unknown one."""
+    """`--load idle,busy1` -> the loads' names, a UsageError naming an unknown one."""
     names = [n for n in text.split(",") if n]
     for name in names:
         if name not in LOADS:
-            raise ConfigError(f"--load: {name!r} is not a load ({', '.join(LOADS)})")
+            raise UsageError(f"--load: {name!r} is not a load ({', '.join(LOADS)})")
     return names
 
 
