@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
+import sys
 from collections.abc import Sequence
 
 from edgeasr.evaluation.load import Neighbours
@@ -47,6 +48,8 @@ def interleaved(commands: dict[str, list[str]], count: int, loads: Sequence[str]
                     neighbours.use(load)
                     order = rows if (i + j) % 2 == 0 else rows[::-1]
                     pairs.append({"load": load, **{row: ask(row, i)["total_ms"] for row in order}})
+                print(f"bench: {i + 1}/{count}", file=sys.stderr, end="\r")
+            print(file=sys.stderr)
     except (RuntimeError, OSError) as exc:
         return {"skipped": f"failed: {exc}"}
     finally:
