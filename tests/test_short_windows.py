@@ -1,5 +1,6 @@
-"""Short audio on the CPU encoder: a window is encoded over the smallest of a few sizes that
-holds its audio, and the decoder reads the rest as the silence row."""
+"""Short audio on the CPU encoder: with window parts asked for, a window is encoded over the
+smallest of a few sizes that holds its audio, and the decoder reads the rest as the silence
+row (the daemon keeps the full window: encoder.WINDOW_PARTS)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from edgeasr.asr.features import MelSpec, log_mel
 from edgeasr.bundle import load_bundle
 
 SPEC = MelSpec(16000, 400, 160, 80, 1000)
+PARTS = (0.75, 1.0)  # the short windows measured (encoder.WINDOW_PARTS keeps the full one)
+PARTS_FRAMES = (750, 1000)
 CLIPS = ["ls_test-other_1688-142285-0002", "cmu_goforward", "picovoice_test-en"]
 
 
 def test_the_window_sizes_are_parts_of_the_full_window():
-    assert window_sizes(1000) == (750, 1000)
+    assert window_sizes(1000, PARTS) == (750, 1000)
     assert window_sizes(1000, (0.25, 0.5, 0.75, 1.0)) == (250, 500, 750, 1000)
     assert window_sizes(1000, (1.0,)) == (1000,)
     assert window_sizes(3000, (0.1, 1.0)) == (300, 3000)
@@ -39,16 +42,16 @@ def test_a_short_window_gives_the_full_windows_text(tiny_bundle, dev_dir, dev_ma
     from edgeasr.audio.files import load_audio
 
     bundle = load_bundle(tiny_bundle)
-    assert OnnxEncoder(bundle).frame_sizes == (750, 1000)  # the int8 graph takes any number of frames
-    assert OnnxEncoder(bundle, "fp32").frame_sizes == ()  # the Hailo-ready one a 10 s window
+    assert OnnxEncoder(bundle, parts=PARTS).frame_sizes == PARTS_FRAMES  # the int8 graph takes any length
+    assert OnnxEncoder(bundle, "fp32", parts=PARTS).frame_sizes == ()  # the Hailo-ready one a 10 s window
     row = next(r for r in dev_manifest if r["id"] == clip)
     audio = load_audio(dev_dir / row["file"], bundle.audio.sample_rate)
-    short = make_engine(tiny_bundle)
-    whole = OnnxEncoder(bundle, parts=(1.0,))
-    full = Transcriber(EngineSessions(bundle, whole, DecoderSession(bundle)), short.options)
+    full = make_engine(tiny_bundle)  # the full window, as the daemon runs
+    cut = OnnxEncoder(bundle, parts=PARTS)
+    short = Transcriber(EngineSessions(bundle, cut, DecoderSession(bundle)), full.options)
     mel = log_mel(audio, short.spec)
-    size = next(s for s in window_sizes(bundle.audio.n_frames) if s * bundle.audio.hop_length >= len(audio))
+    size = next(s for s in window_sizes(bundle.audio.n_frames, PARTS) if s * bundle.audio.hop_length >= len(audio))
     assert size < bundle.audio.n_frames, "a clip shorter than the smallest window"
-    assert short.encoder.encode(mel).shape == (1, size // 2, bundle.d_model)
-    assert whole.encode(mel).shape == (1, bundle.audio.n_positions, bundle.d_model)
+    assert cut.encode(mel).shape == (1, size // 2, bundle.d_model)
+    assert full.encoder.encode(mel).shape == (1, bundle.audio.n_positions, bundle.d_model)
     assert short.transcribe(audio).text == full.transcribe(audio).text
