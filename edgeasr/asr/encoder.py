@@ -62,9 +62,10 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
     the scheduler. Against spinning (within a run, and 1 ms after each decoder step), on two
     shared cores with other work on them, interleaved: the encoder 0.51x to 0.75x the time
     per window, the decoder 0.43x to 0.55x per token, under every load `edgeasr bench --load`
-    knows. Two sleeping threads beat one as well, but beside a process that wakes every 5 ms
-    (the encoder 391 against 323 ms): the scheduler gives two threads two shares of a busy core.
-    On an idle machine sleeping costs the encoder about 3 % (noise) and the decoder 17 % per
+    knows. Two sleeping threads beat one as well (the scheduler gives two threads two shares
+    of a busy core), except beside a process that wakes every 5 ms: the encoder 391 ms on two,
+    323 on one.
+    On an idle machine sleeping costs the encoder about 3 % (noise) and the decoder 13-17 % per
     token; `decoder.spin` (`spin_after_run_us`: how long threads stay awake after a run, for
     the next one) buys that back where nothing else runs.
     """
