@@ -32,7 +32,7 @@ def register(subparsers) -> None:
                    "several sets, scored as one")
     p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
     p.add_argument("--threads", type=int, default=DecoderConfig().threads, help="onnxruntime threads of every row")
-    p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
+    p.add_argument("--limit", type=int, default=0, help="only the first N utterances of each set")
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
     p.add_argument("--no-presets", action="store_true", help="skip the per-preset rows")
     p.add_argument("--load", default=None, metavar="LOADS",
