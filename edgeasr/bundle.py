@@ -30,7 +30,9 @@ VERIFIED = ".verified.json"
 # extra: decoder_step_batch, the step for several hypotheses at once, and (0.7.3, optional
 # within the format) decoder_score, the step with every position's logits; 9: decoder_step_batch
 # reads the prompt's keys and values once for every hypothesis (prefix_k, prefix_v); 10:
-# decoder_score projects the positions from its input `first` on (a prompt and a text in one run)
+# decoder_score projects the positions from its input `first` on (a prompt and a text in one run),
+# and (optional within the format: either reads the other's) encoder_int8 may take any number of
+# frames, so that a window whose audio ends early is encoded over fewer
 FORMAT = "edgeasr-bundle/10"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"

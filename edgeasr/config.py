@@ -227,6 +227,7 @@ class DecoderConfig:
     preset: str | None = opt(None, OneOf(DECODER_PRESETS), live=True)
     precision: str = opt("int8", OneOf(PRECISIONS))
     threads: int = opt(2, THREADS)
+    spin: bool = opt(False)
     encoder_padding: int | None = opt(None, Range(0, 1500), live=True)
     repetition_penalty: float | None = opt(None, Range(1, 10), live=True)
     eos_threshold: float | None = opt(None, Range(0, 1, lo_open=True), live=True)

@@ -60,3 +60,34 @@ def test_bench_on_base_compares_with_faster_whisper_on_the_same_weights(base_bun
         assert row["utterances"] == 2 and 0 <= row["wer"] < 0.3 and 0 <= row["cer"] < 0.2, name
     assert "| faster-whisper int8, beam 5 |" in proc.stdout
     assert report["interleaved"]["utterances"] == 2
+
+
+def test_bench_under_load_reports_each_load_against_the_first(tiny_bundle, dev_dir, tmp_path):
+    """`--load`: the pair takes turns under every load; the first load's slowdowns are 1, and
+    the neighbours are gone when the bench is."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgeasr", "bench", "--dataset", str(dev_dir), "--model", str(tiny_bundle),
+         "--limit", "2", "--rows", "10s-int8,faster-whisper", "--no-presets", "--load", "idle,busy1,wakeful",
+         "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=900, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    loads = report["load"]
+    assert list(loads) == ["idle", "busy1", "wakeful"]
+    assert loads["idle"]["ours_slowdown"] == loads["idle"]["faster_whisper_slowdown"] == 1.0
+    for summary in loads.values():
+        assert summary["utterances"] == 2 and summary["ours_ms_median"] > 0
+        assert summary["ratio_of_medians"] == round(summary["faster_whisper_ms_median"] / summary["ours_ms_median"], 2)
+    assert report["interleaved"]["ours_ms_median"] == loads["idle"]["ours_ms_median"]
+    assert "| busy1 |" in proc.stdout and "| wakeful |" in proc.stdout
+    assert set(report["load_average_1min"]) == {"start", "end"}
+
+
+def test_an_unknown_load_is_refused_before_any_row_runs(tiny_bundle, dev_dir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgeasr", "bench", "--dataset", str(dev_dir), "--model", str(tiny_bundle),
+         "--rows", "10s-int8,faster-whisper", "--no-presets", "--load", "idle,busy3"],
+        capture_output=True, text=True, cwd=REPO, timeout=300, env=dict(os.environ))
+    assert proc.returncode != 0 and "--load: 'busy3' is not a load" in proc.stderr
+    assert "bench: 10 s int8" not in proc.stderr

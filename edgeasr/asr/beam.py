@@ -43,7 +43,8 @@ class BatchDecoderSession:
         """`size` rows at most: a beam of decoder.beam_size (its range is the config's), or
         the rows of the search held to a home's sentences (grammar.ROWS)."""
         self.bundle, self.decoder, self.size = bundle, decoder, size
-        self.session = ort_session(bundle.graph(BATCH_STEP_ROLE, precision), threads, spin_after_run_us=STEP_SPIN_US)
+        self.session = ort_session(bundle.graph(BATCH_STEP_ROLE, precision), threads,
+                                   STEP_SPIN_US if decoder.spin else 0)
         layers, d = bundle.decoder_layers, bundle.d_model
         self.cache = np.zeros((layers, 2, size, bundle.n_text_ctx, d), np.float32)  # each row's own tokens
         self.rows = np.zeros((size, 1, d), np.float32)  # each hypothesis' new token's row

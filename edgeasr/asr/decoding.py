@@ -148,16 +148,13 @@ class SilenceRows:
 
 class DecoderSession:
     def __init__(self, bundle: Bundle, precision: str = DecoderConfig.precision,
-                 threads: int = DecoderConfig.threads) -> None:
-        self.bundle = bundle
+                 threads: int = DecoderConfig.threads, spin: bool = DecoderConfig.spin) -> None:
+        self.bundle, self.spin = bundle, spin
         self.cross = ort_session(bundle.graph("decoder_cross", precision), threads)
-        # the step is run token after token, ~0.2 ms apart (the logit rules): its threads spin
-        # through the gap instead of sleeping, and stop soon after a window's last token (~5 ms
-        # of CPU in all). Against a step and a head run apart, their threads sleeping between
-        # runs, the decoder takes 16 to 18 % less time per window on the dev set, for the same
-        # tokens.
+        # the step is run token after token, ~0.2 ms apart (the logit rules): with `spin`, its
+        # threads spin through the gap instead of sleeping (see encoder.ort_session)
         self.step_session = ort_session(bundle.graph("decoder_step", precision), threads,
-                                        spin_after_run_us=STEP_SPIN_US)
+                                        STEP_SPIN_US if spin else 0)
         # per layer, self-attention K and V: the first `length` rows are filled
         self.cache = np.zeros((bundle.decoder_layers, 2, bundle.n_text_ctx, bundle.d_model), np.float32)
         self.embedding = TableRows(bundle.path(TOKEN_TABLE_ROLE))

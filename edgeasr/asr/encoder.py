@@ -23,7 +23,13 @@ from edgeasr.errors import ConfigError, DeviceError, ModelError
 
 log = logging.getLogger(__name__)
 
-
+# The CPU encoder's windows, as parts of the full one: a window whose audio ends early is
+# encoded over the smallest that holds its audio (whisper.cpp's audio_ctx), and the decoder
+# reads the rest as the silence row. The full window only: with (0.75, 1.0) a command took
+# 1/1.22 of the time, base's short pool utterances lost 0.5 points of WER, but tiny.en lost 2
+# of 315 commands with the home's vocabulary and 3 without (the pool's WER 7.03 -> 7.09 %);
+# quarter and half windows made short commands repeat their end ("What time is it? What time").
+WINDOW_PARTS = (1.0,)
 
 class Encoder(Protocol):
     backend: str
@@ -48,14 +54,20 @@ def choose_backend(requested: str, *, hailo_present: bool, hef_present: bool) ->
 
 
 def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
-    """An onnxruntime CPU session with a pool of `threads` threads.
+    """An onnxruntime CPU session with a pool of `threads` threads that sleep, never spin,
+    while they wait for work.
 
-    The pool's threads spin while they wait for work within a run: waking a sleeping thread
-    costs more than many of our ops take. When a run ends they stop at once, because the
-    next run is usually another session's and a pool that spins on takes its cores
-    (measured with four pools spinning: encoder 36 -> 75 ms per window). A session that is
-    run back to back (the decoder, token after token) passes `spin_after_run_us` instead:
-    its threads spin that long after a run and so are still awake for the next one.
+    A spinning pool holds its cores between operators, and an operator waits for its slowest
+    thread: beside other work (Home Assistant on the same Pi) every operator then waits for
+    the scheduler. Against spinning (within a run, and 1 ms after each decoder step), on two
+    shared cores with other work on them, interleaved: the encoder 0.51x to 0.75x the time
+    per window, the decoder 0.43x to 0.55x per token, under every load `edgeasr bench --load`
+    knows. Two sleeping threads beat one as well (the scheduler gives two threads two shares
+    of a busy core), except beside a process that wakes every 5 ms: the encoder 391 ms on two,
+    323 on one.
+    On an idle machine sleeping costs the encoder about 3 % (noise) and the decoder 13-17 % per
+    token; `decoder.spin` (`spin_after_run_us`: how long threads stay awake after a run, for
+    the next one) buys that back where nothing else runs.
     """
     import onnxruntime as ort
 
@@ -68,11 +80,9 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
     # the largest input seen; peak RSS 254 -> 202 MB on the dev set at the same speed
     opts.enable_cpu_mem_arena = False
     opts.enable_mem_pattern = False
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_after_run_us else "0")
     if spin_after_run_us:
         opts.add_session_config_entry("session.intra_op.spin_duration_us", str(spin_after_run_us))
-    else:
-        opts.add_session_config_entry("session.force_spinning_stop", "1")
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     try:
@@ -84,17 +94,40 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0):
                          "with `edgeasr models import`") from exc
 
 
+def window_sizes(n_frames: int, parts: tuple[float, ...] = WINDOW_PARTS) -> tuple[int, ...]:
+    """The encoder's window sizes in mel frames (even: the second convolution halves them)."""
+    return tuple(sorted({2 * max(1, round(n_frames * part / 2)) for part in parts} | {n_frames}))
+
+
+def audio_frames(mel: np.ndarray) -> int:
+    """The frames of an NHWC log-mel window before its padding: the trailing frames that are
+    all at the window's floor (zero audio, or the clamp 8 decades below the loudest) hold none."""
+    frames = mel[0, 0]
+    floor = frames.min()
+    holding = np.flatnonzero((frames != floor).any(axis=1))
+    return int(holding[-1]) + 1 if len(holding) else 0
+
+
 class OnnxEncoder:
+    """The encoder in onnxruntime. A graph that takes any number of frames (the bundle's int8
+    one) encodes a window over the smallest of `frame_sizes` that holds its audio."""
+
     backend = "onnx"
 
     def __init__(self, bundle: Bundle, precision: str = EncoderConfig.precision,
-                 threads: int = EncoderConfig.threads, role: str | None = None) -> None:
+                 threads: int = EncoderConfig.threads, role: str | None = None,
+                 parts: tuple[float, ...] = WINDOW_PARTS) -> None:
         role = role or ("encoder_int8" if precision == "int8" else "encoder")
         self.session = ort_session(bundle.path(role), threads)
-        self.input_name = self.session.get_inputs()[0].name
-        self.shape = tuple(self.session.get_inputs()[0].shape)
+        mel = self.session.get_inputs()[0]
+        self.input_name = mel.name
+        any_length = isinstance(mel.shape[2], str)  # a named axis: the frames are the input's
+        self.frame_sizes = window_sizes(bundle.audio.n_frames, parts) if any_length else ()
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
+        if self.frame_sizes and mel.shape[2] == self.frame_sizes[-1]:
+            needed = audio_frames(mel)
+            mel = mel[:, :, : next(size for size in self.frame_sizes if size >= needed)]
         return self.session.run(None, {self.input_name: np.ascontiguousarray(mel, np.float32)})[0]
 
     def close(self) -> None:

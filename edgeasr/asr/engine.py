@@ -59,7 +59,7 @@ def engine_options(model: ModelConfig, decoder: DecoderConfig, bundle: Bundle, w
 def load_sessions(bundle: Bundle, encoder: EncoderConfig, decoder: DecoderConfig) -> EngineSessions:
     single_threaded_blas()
     return EngineSessions(bundle, create_encoder(bundle, encoder),
-                          DecoderSession(bundle, decoder.precision, decoder.threads), decoder.precision,
+                          DecoderSession(bundle, decoder.precision, decoder.threads, decoder.spin), decoder.precision,
                           decoder.threads)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from edgeasr.config import DecoderConfig
 from edgeasr.errors import ToolMissingError
 from edgeasr.evaluation.bench_rows import ROWS
+from edgeasr.evaluation.load import LOADS
 
 
 def register(subparsers) -> None:
@@ -31,9 +32,12 @@ def register(subparsers) -> None:
                    "several sets, scored as one")
     p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
     p.add_argument("--threads", type=int, default=DecoderConfig().threads, help="onnxruntime threads of every row")
-    p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
+    p.add_argument("--limit", type=int, default=0, help="only the first N utterances of each set")
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
     p.add_argument("--no-presets", action="store_true", help="skip the per-preset rows")
+    p.add_argument("--load", default=None, metavar="LOADS",
+                   help="run ours and faster-whisper interleaved under each of these loads in turn "
+                   f"({', '.join(LOADS)}; the first is the one slowdowns are against), e.g. idle,busy1,busy2,wakeful")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # child process: run one row
@@ -69,7 +73,22 @@ def markdown(report: dict) -> str:
                      f"faster-whisper {pair['faster_whisper_ms_median']:g}")
     for key, value in report.get("ratios", {}).items():
         lines.append(f"\n{key}: {value}")
+    lines += _load_table(report.get("load", {}))
     return "\n".join(lines)
+
+
+def _load_table(loads: dict) -> list[str]:
+    """Per load: both engines' medians, their slowdowns against the first load, the ratio."""
+    if not loads:
+        return []
+    if "skipped" in loads:
+        return [f"\nunder load: {loads['skipped']}"]
+    lines = ["", "| load | ours ms (median) | slowdown | faster-whisper ms (median) | slowdown | ratio of medians "
+             "| median of ratios |", "|---|---|---|---|---|---|---|"]
+    for name, s in loads.items():
+        lines.append(f"| {name} | {s['ours_ms_median']:g} | {s['ours_slowdown']:g}× | {s['faster_whisper_ms_median']:g} "
+                     f"| {s['faster_whisper_slowdown']:g}× | {s['ratio_of_medians']:g}× | {s['ratio_median']:g}× |")
+    return lines
 
 
 def _accuracy_table(rows: dict) -> list[str]:

@@ -22,6 +22,9 @@ def register(subparsers) -> None:
                    help="send every name of this home file (entities and their aliases, areas, floors) "
                         "as each request's transcript_names")
     p.add_argument("--limit", type=int, default=0, help="only the first N utterances")
+    p.add_argument("--load", default="idle", metavar="LOAD",
+                   help="neighbour processes beside the servers for the whole run: idle, busy1 (a spinner on the "
+                   "first core), busy2 (one on each of two), wakeful (wakes every 5 ms, works 1 ms)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.set_defaults(func=main)
 
@@ -39,9 +42,19 @@ def _servers(specs: list[str]) -> dict[str, str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from edgeasr.errors import UsageError
+    from edgeasr.evaluation.load import Neighbours, parse_loads
     from edgeasr.evaluation.wyoming_servers import run
 
-    report = run(args, _servers(args.server))
+    servers = _servers(args.server)
+    loads = parse_loads(args.load)
+    if len(loads) != 1:
+        raise UsageError(f"--load {args.load}: one load for the whole run")
+    load = loads[0]
+    with Neighbours([load]) as neighbours:
+        neighbours.use(load)
+        report = run(args, servers)
+    report["load"] = load
     results = report.pop("results")
     print(json.dumps(report, indent=2))
     if args.out:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 from edgeasr.config import DECODER_PRESETS
 from edgeasr.evaluation.bench_rows import ROWS
+from edgeasr.evaluation.load import parse_loads
 from edgeasr.evaluation.runs import row_config
+from edgeasr.evaluation.turns import OURS, THEIRS, interleaved, summarize_interleaved, summarize_loads
 
 if TYPE_CHECKING:
     from edgeasr.evaluation.scoring import Scorer
@@ -26,6 +28,7 @@ def run(args) -> dict:
     from edgeasr.evaluation.scoring import Scorer, read_entries
     from edgeasr.models.default import open_bundle
 
+    loads = parse_loads(args.load) if args.load else ["idle"]
     bundle = open_bundle(row_config(args, {}))  # prepares the default bundle once, before the children
     args.model = args.model or bundle.root
     entries = read_entries(args.set_dirs, args.limit)
@@ -33,7 +36,7 @@ def run(args) -> dict:
     report = {"date": dt.date.today().isoformat(),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
               "threads": args.threads, "model": bundle.name, "utterances": len(entries),
-              "rows": {}, "presets": {}}
+              "rows": {}, "presets": {}, "load_average_1min": {"start": os.getloadavg()[0]}}
     for row in [r for r in args.rows.split(",") if r]:
         print(f"bench: {ROWS.get(row, row)} ...", file=sys.stderr)
         report["rows"][row] = summarize(_child(args, row), scorer)
@@ -41,17 +44,22 @@ def run(args) -> dict:
         for preset in DECODER_PRESETS:
             print(f"bench: preset {preset} ...", file=sys.stderr)
             report["presets"][preset] = summarize(_child(args, "10s-int8", preset), scorer)
-    ours, fw = report["rows"].get("10s-int8", {}), report["rows"].get("faster-whisper", {})
+    ours, fw = report["rows"].get(OURS, {}), report["rows"].get(THEIRS, {})
     if "total_ms_median" in ours and "total_ms_median" in fw:
         report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
-        print("bench: ours and faster-whisper, interleaved ...", file=sys.stderr)
-        pair = summarize_interleaved(interleaved(args, ("10s-int8", "faster-whisper"), len(entries)))
+        print(f"bench: ours and faster-whisper, interleaved, under {', '.join(loads)} ...", file=sys.stderr)
+        turns = interleaved({row: _child_cmd(args, row) + ["--serve"] for row in (OURS, THEIRS)},
+                            len(entries), loads)
+        pair = summarize_interleaved(turns)
         report["interleaved"] = pair
+        if args.load:
+            report["load"] = summarize_loads(turns)
         if "ratio_median" in pair:
             report["ratios"]["faster-whisper median / ours, interleaved"] = round(
                 pair["faster_whisper_ms_median"] / pair["ours_ms_median"], 2)
             report["ratios"]["faster-whisper / ours, interleaved, median of per-utterance ratios"] = (
                 pair["ratio_median"])
+    report["load_average_1min"]["end"] = os.getloadavg()[0]
     return report
 
 
@@ -89,56 +97,6 @@ def summarize(data: dict, scorer: Scorer) -> dict:
                    for name, g in scorer.per_group(hyps).items()},
         "runaway_windows": sum(r["runaway"] for r in res),
         "peak_rss_mb": round(data["peak_rss_mb"], 1),
-    }
-
-
-def interleaved(args, rows: tuple[str, str], count: int) -> dict:
-    """The two rows' processes take turns on every utterance (which one goes first
-    alternates), so that a busy spell of the machine slows both alike."""
-    procs = {row: subprocess.Popen(_child_cmd(args, row) + ["--serve"], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for row in rows}
-
-    def ask(row: str, index: int | None) -> dict:
-        proc = procs[row]
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # PIPE
-        if index is not None:
-            proc.stdin.write(f"{index}\n")
-            proc.stdin.flush()
-        answer = proc.stdout.readline()
-        if not answer:
-            raise RuntimeError(f"{row}: {proc.stderr.read().strip()[-300:]}")
-        return json.loads(answer)
-
-    try:
-        for row in rows:
-            hello = ask(row, None)
-            if "skipped" in hello:
-                return {"skipped": f"{row}: {hello['skipped']}"}
-            ask(row, 0)  # warm-up, not counted
-        pairs = []
-        for i in range(count):
-            order = rows if i % 2 == 0 else rows[::-1]
-            pairs.append({row: ask(row, i)["total_ms"] for row in order})
-    except (RuntimeError, OSError) as exc:
-        return {"skipped": f"failed: {exc}"}
-    finally:
-        for proc in procs.values():
-            proc.communicate(timeout=60)  # closes stdin, waits, drains and closes the pipes
-    return {"pairs": pairs}
-
-
-def summarize_interleaved(data: dict) -> dict:
-    """Our default ("10s-int8") against faster-whisper, from `interleaved`'s pairs."""
-    if "skipped" in data:
-        return {"skipped": data["skipped"]}
-    ours = [p["10s-int8"] for p in data["pairs"]]
-    theirs = [p["faster-whisper"] for p in data["pairs"]]
-    return {
-        "utterances": len(ours),
-        "ours_ms_median": round(statistics.median(ours), 1),
-        "faster_whisper_ms_median": round(statistics.median(theirs), 1),
-        "ratio_median": round(statistics.median(t / o for o, t in zip(ours, theirs)), 2),
     }
 
 

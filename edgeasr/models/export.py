@@ -8,7 +8,8 @@ silence rows with the 30 s encoder in onnxruntime; write the token table and the
 and the decoding calibrated for known weights (`known_decoding.apply_known`).
 
 The default bundle holds what the runtime reads (the int8 graphs, the alignment graph for
-word timestamps among them, the token table, the silence rows, the tokenizer). Extras add
+word timestamps among them; the int8 encoder takes windows of any length), the token table,
+the silence rows, the tokenizer). Extras add
 graphs for other uses:
 - fp32: encoder.onnx, decoder_cross.onnx, decoder_step.onnx, decoder_align.onnx (precision
   fp32, weight dumps);
@@ -243,6 +244,17 @@ class BundleFiles:
         quantize(model, self.out / f"{role}.int8.onnx", keep_float(model))  # last: it may change the model
         self.roles[f"{role}_int8"] = f"{role}.int8.onnx"
 
+    def encoder(self, n_frames: int, keep_fp32: bool) -> None:
+        """The fp32 encoder for windows of n_frames (when wanted), the int8 one for any length."""
+        from edgeasr.models import graphs
+        from edgeasr.models.onnx_builder import save
+
+        if keep_fp32:
+            save(graphs.encoder(self.ckpt, n_frames), self.out / "encoder.onnx")
+            self.roles["encoder"] = "encoder.onnx"
+        quantize(graphs.encoder(self.ckpt, None), self.out / "encoder.int8.onnx")
+        self.roles["encoder_int8"] = "encoder.int8.onnx"
+
     def silence_rows(self, window: EncoderWindow, keep_30s: bool) -> list[float]:
         """The decoder's padding rows, from the 30 s encoder (kept as a file with the 30s
         extra); returns their silence levels."""
@@ -283,9 +295,9 @@ def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[st
 
     fp32 = "fp32" in extras
     ckpt = files.ckpt
-    # the fp32 encoder is the Hailo-ready one: the hailo extra needs it as much as fp32 does
-    steps.run("encoder", files.cpu_graph, "encoder", graphs.encoder, window.n_frames,
-              keep_fp32=bool(extras & {"fp32", "hailo"}))
+    # the fp32 encoder is the Hailo-ready one (a fixed window): the hailo extra needs it as much
+    # as fp32 does; the CPU's int8 one takes any number of frames (the same output for a full window)
+    steps.run("encoder", files.encoder, window.n_frames, keep_fp32=bool(extras & {"fp32", "hailo"}))
     levels = steps.run("30 s encoder and silence rows", files.silence_rows, window, keep_30s="30s" in extras)
     steps.run("cross-attention K/V", files.cpu_graph, "decoder_cross", graphs.decoder_cross, keep_fp32=fp32)
     step_float = decoder_step_float(ckpt)

@@ -40,6 +40,7 @@ MEL_INPUT, FEATURES_OUTPUT = "mel", "audio_features"
 ALIGN_OUTPUT = "alignment_scores"
 NHWC_TO_NCHW = [0, 3, 1, 2]
 POSITIONS_AXIS = "positions"  # dynamic: encoder positions of a window (padding included)
+FRAMES_AXIS = "frames"  # dynamic: mel frames into the CPU's encoder
 NEW_TOKENS_AXIS = "n"  # dynamic: tokens fed to one decoder step
 SCORED_AXIS = "scored"  # dynamic: the positions the scoring step projects (from `first` on)
 INT64_MAX = 2**63 - 1  # Slice's "to the end"
@@ -61,29 +62,40 @@ def step_io_names(layers: int) -> tuple[list[str], list[str]]:
 # ---------------------------------------------------------------- encoder
 
 
-def encoder(ckpt: Checkpoint, n_frames: int) -> onnx.ModelProto:
-    """The Hailo-ready encoder for windows of n_frames mel frames (1000 = 10 s, 3000 = 30 s)."""
+def encoder(ckpt: Checkpoint, n_frames: int | None) -> onnx.ModelProto:
+    """The Hailo-ready encoder for windows of n_frames mel frames (1000 = 10 s, 3000 = 30 s);
+    n_frames None: the CPU's encoder for any even number of frames up to the trained 30 s, so
+    that short audio is encoded over the frames that hold it (whisper.cpp's audio_ctx)."""
     s, d = ckpt.state, ckpt.dims
-    positions = n_frames // 2  # conv2 has stride 2
-    if n_frames % 2 or not 0 < positions <= d.n_audio_ctx:
+    if n_frames is not None and (n_frames % 2 or not 0 < n_frames // 2 <= d.n_audio_ctx):
         raise ModelError(f"{n_frames} mel frames do not fit the encoder ({d.n_audio_ctx} positions)")
+    positions = -1 if n_frames is None else n_frames // 2  # conv2 has stride 2; -1: Reshape infers it
     b = GraphBuilder(ENCODER_OPSET)
-    mel = b.input(MEL_INPUT, [1, 1, n_frames, d.n_mels])
+    mel = b.input(MEL_INPUT, [1, 1, FRAMES_AXIS if n_frames is None else n_frames, d.n_mels])
     # NHWC -> NCHW [1, n_mels, 1, F]: compile_hef starts the HEF at the Conv after this Transpose
     x = b.op("Transpose", mel, perm=NHWC_TO_NCHW)
     x = gelu(b, _conv(b, x, s, "conv1", stride=1))
     x = gelu(b, _conv(b, x, s, "conv2", stride=2))  # [1, d, 1, T]
     x = b.op("Reshape", x, b.ints("shape.conv_out", [1, d.d_model, positions]))
     x = b.op("Transpose", x, perm=[0, 2, 1])  # [1, T, d]
-    # the positional table's first T rows as a constant Add: no Gather on the NPU
-    table = s["model.encoder.embed_positions.weight"][:positions][None]
-    x = b.op("Add", x, b.weight("encoder.embed_positions.weight", table))
+    x = b.op("Add", x, _positional_rows(b, ckpt, x, n_frames))
     for i in range(d.encoder_layers):
         with b.scope(f"layers.{i}"):
             x = _encoder_layer(b, x, ckpt, f"model.encoder.layers.{i}", positions)
-    b.output(FEATURES_OUTPUT, [1, positions, d.d_model])
+    b.output(FEATURES_OUTPUT, [1, POSITIONS_AXIS if n_frames is None else positions, d.d_model])
     layer_norm(b, x, s, "model.encoder.layer_norm", out=FEATURES_OUTPUT)
     return b.model("whisper_encoder")
+
+
+def _positional_rows(b: GraphBuilder, ckpt: Checkpoint, x: str, n_frames: int | None) -> str:
+    """The positional table's first T rows: a constant for a fixed window (no Gather on the
+    NPU), else sliced to the positions of x [1, T, d]."""
+    table = ckpt.state["model.encoder.embed_positions.weight"]
+    if n_frames is not None:
+        return b.weight("encoder.embed_positions.weight", table[: n_frames // 2][None])
+    t = b.op("Slice", b.op("Shape", x), b.ints("positions.start", [1]), b.ints("positions.end", [2]))
+    return b.op("Slice", b.weight("encoder.embed_positions.weight", table[None]), b.ints("positions.zero", [0]),
+                t, b.ints("positions.axis", [1]))
 
 
 def _conv(b: GraphBuilder, x: str, state: dict, name: str, stride: int) -> str:

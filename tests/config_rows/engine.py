@@ -192,6 +192,17 @@ def _decoder_threads(lab: Lab) -> None:
     assert counts["decoder 4"] > counts["engine"]
 
 
+@rows.observe("decoder.spin", "model")
+def _decoder_spin(lab: Lab) -> None:
+    """The step's pool is asked to spin (the same text: spinning changes only the time)."""
+    def spinning(keys: dict) -> str:
+        options = lab.engine(keys).sessions.decoder.step_session.get_session_options()
+        return options.get_session_config_entry("session.intra_op.allow_spinning")
+
+    assert (spinning({"decoder.spin": True}), spinning({})) == ("1", "0")
+    assert lab.transcribe({"decoder.spin": True}, SPEECH).text == lab.transcribe({}, SPEECH).text
+
+
 @rows.observe("decoder.encoder_padding", "model")
 def _decoder_encoder_padding(lab: Lab) -> None:
     """The decoder sees the 2.8 s of audio only, not the window padded with silence: it is surer
