@@ -187,3 +187,23 @@ def test_the_calibration_takes_only_wins_that_hold_across_speakers():
 
     values = descend(decode, scorer, folds)
     assert values["repetition_penalty"] == 1.1 and values["encoder_padding"] == START["encoder_padding"]
+
+
+def test_a_value_that_wins_on_one_source_alone_is_not_chosen_without_it():
+    """Held out by source: a value chosen on the other sources' utterances alone. One that puts
+    LibriSpeech right and changes nothing on VCTK is taken on the pool, not without LibriSpeech."""
+    pool = [Utterance(f"{prefix}{spk}-1-{i}", np.zeros(1, np.float32), "a b c d e f g h i j", 5.0,
+                      f"{prefix}{spk}", "set") for prefix in ("ls_test-clean_", "vctk_p") for spk in range(5)
+            for i in range(2)]
+    scorer = Scorer(pool, window_s=10.0)
+    assert scorer.sources == ["LibriSpeech", "VCTK"]
+    assert all({scorer.source[i] for i in scorer.fold_indexes(f)} == {"LibriSpeech", "VCTK"} for f in range(5))
+    right, wrong = "a b c d e f g h i j", "a b c d e f g h x x"
+
+    def decode(values: dict) -> list[str]:
+        fixes_ls = values["repetition_penalty"] == 1.1
+        return [right if fixes_ls and s == "LibriSpeech" else wrong for s in scorer.source]
+
+    folds = [0, 1, 2, 3, 4]
+    assert descend(decode, scorer, folds)["repetition_penalty"] == 1.1
+    assert descend(decode, scorer, folds, without="LibriSpeech") == START

@@ -14,6 +14,9 @@ carry to new speakers. The sets are read as one pool, cut into folds by speaker
 3. Cross-validation of the procedure itself: for each fold, steps 1-2 on the other folds
    alone, then the values they choose are scored on the fold left out. The report's table
    says whether calibrating helps on voices it has not heard.
+4. The same with each source held out (LibriSpeech, VCTK, FLEURS...: `scoring.source_of`):
+   steps 1-2 on the other sources' utterances, scored on the one left out. A value that wins
+   on one corpus's reading and recording alone and loses on another is a fit, not a gain.
 
 Calibrated values are also kept per weights file (models/known_decoding.py), so that
 `edgeasr models import` applies them to a new bundle at once.
@@ -51,19 +54,21 @@ PROCEDURE = ("coordinate descent over GRID from plain decoding, one pass; a valu
 Hyps = list[str]
 
 
-def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int]) -> bool:
-    """The rule that lets a value replace the current one, judged on `folds` only."""
-    ix = [i for f in folds for i in scorer.fold_indexes(f)]
+def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int], without: str | None = None) -> bool:
+    """The rule that lets a value replace the current one, judged on `folds` only (`without`:
+    less the utterances of that source)."""
+    ix = [i for f in folds for i in scorer.fold_indexes(f, without)]
     if scorer.score(candidate, ix).wer > scorer.score(current, ix).wer - MIN_GAIN:
         return False
-    wins = sum(scorer.score(candidate, scorer.fold_indexes(f)).wer < scorer.score(current, scorer.fold_indexes(f)).wer
-               for f in folds)
+    wins = sum(scorer.score(candidate, scorer.fold_indexes(f, without)).wer
+               < scorer.score(current, scorer.fold_indexes(f, without)).wer for f in folds)
     return wins > len(folds) / 2
 
 
 def descend(decode: Callable[[dict], Hyps], scorer: Scorer, folds: Sequence[int],
-            report: Callable[[dict, Hyps], None] = lambda values, hyps: None) -> dict:
-    """Steps 1-2 on `folds`: the values chosen. `decode(values)` gives the pool's texts."""
+            report: Callable[[dict, Hyps], None] = lambda values, hyps: None, without: str | None = None) -> dict:
+    """Steps 1-2 on `folds` (`without`: less that source's utterances): the values chosen.
+    `decode(values)` gives the pool's texts."""
     values = dict(START)
     current = decode(values)
     report(values, current)
@@ -74,7 +79,7 @@ def descend(decode: Callable[[dict], Hyps], scorer: Scorer, folds: Sequence[int]
                 continue
             trial = decode({**values, key: option})
             report({**values, key: option}, trial)
-            if better(trial, best, scorer, folds):
+            if better(trial, best, scorer, folds, without):
                 best_value, best = option, trial
         values, current = {**values, key: best_value}, best
     return values
@@ -141,10 +146,19 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
         held_out.append({"fold": fold, "values": chosen, "wer_start": round(before.wer, 4),
                          "wer_chosen": round(after.wer, 4)})
         out(f"fold {fold} held out: {json.dumps(chosen)}: WER {before.wer:.2%} -> {after.wer:.2%}")
+    held_out_sources = []
+    for source in scorer.sources:
+        chosen = descend(decode, scorer, every, without=source)
+        ix = scorer.source_indexes(source)
+        before, after = scorer.score(decode(START), ix), scorer.score(decode(chosen), ix)
+        held_out_sources.append({"source": source, "values": chosen, "wer_start": round(before.wer, 4),
+                                 "wer_chosen": round(after.wer, 4)})
+        out(f"source {source} held out: {json.dumps(chosen)}: WER {before.wer:.2%} -> {after.wer:.2%}")
     hyps = decode(values)
     return {"values": values, "pool": _cells(scorer.score(hyps)),
             "groups": {name: _cells(s) for name, s in scorer.per_group(hyps).items()},
             "folds": [round(s.wer, 4) for s in scorer.per_fold(hyps)], "cross_validation": held_out,
+            "sources_held_out": held_out_sources,
             "datasets": [str(s) for s in sets], "utterances": len(pool), "procedure": PROCEDURE,
             "date": dt.date.today().isoformat()}
 
