@@ -10,7 +10,9 @@ carry to new speakers. The sets are read as one pool, cut into folds by speaker
 2. For each key in `GRID` order, decode the pool with each of its values (the others as
    chosen so far). A value replaces the current one only if it lowers the pool's WER by at
    least `MIN_GAIN` *and* lowers it on most folds (`better`). One pass; no value finer than
-   the grid.
+   the grid. A key that can change only speech longer than a window (`LONG_ONLY`) is judged
+   on that speech alone: on the whole pool its gain would be diluted by the short
+   utterances it cannot touch.
 3. Cross-validation of the procedure itself: for each fold, steps 1-2 on the other folds
    alone, then the values they choose are scored on the fold left out. The report's table
    says whether calibrating helps on voices it has not heard.
@@ -47,21 +49,29 @@ GRID: dict[str, tuple] = {
     "condition_on_previous_text": (False, True),
 }
 START: dict = {key: values[0] for key, values in GRID.items()}
+# keys that change nothing in a window's text but the later windows' of long speech
+LONG_ONLY = ("condition_on_previous_text",)
 MIN_GAIN = 0.005  # WER: half a point, about what tiny numeric changes move it by
 PROCEDURE = ("coordinate descent over GRID from plain decoding, one pass; a value is taken if it lowers "
-             f"the pool's WER by >= {MIN_GAIN:.3f} and lowers it on most speaker folds")
+             f"the pool's WER by >= {MIN_GAIN:.3f} and lowers it on most speaker folds ({', '.join(LONG_ONLY)}: "
+             "the WER of the speech longer than a window); then each fold and each source held out")
 
 Hyps = list[str]
 
 
-def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int], without: str | None = None) -> bool:
+def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int], without: str | None = None,
+           long_only: bool = False) -> bool:
     """The rule that lets a value replace the current one, judged on `folds` only (`without`:
-    less the utterances of that source)."""
-    ix = [i for f in folds for i in scorer.fold_indexes(f, without)]
-    if scorer.score(candidate, ix).wer > scorer.score(current, ix).wer - MIN_GAIN:
+    less the utterances of that source; `long_only`: on the speech longer than a window)."""
+    def part(fold: int) -> list[int]:
+        return [i for i in scorer.fold_indexes(fold, without) if not long_only or i in scorer.long]
+
+    ix = [i for f in folds for i in part(f)]
+    if not ix or scorer.score(candidate, ix).wer > scorer.score(current, ix).wer - MIN_GAIN:
         return False
-    wins = sum(scorer.score(candidate, scorer.fold_indexes(f, without)).wer
-               < scorer.score(current, scorer.fold_indexes(f, without)).wer for f in folds)
+    # a fold with none of the speech judged is no win
+    wins = sum(bool(part(f)) and scorer.score(candidate, part(f)).wer < scorer.score(current, part(f)).wer
+               for f in folds)
     return wins > len(folds) / 2
 
 
@@ -79,7 +89,7 @@ def descend(decode: Callable[[dict], Hyps], scorer: Scorer, folds: Sequence[int]
                 continue
             trial = decode({**values, key: option})
             report({**values, key: option}, trial)
-            if better(trial, best, scorer, folds, without):
+            if better(trial, best, scorer, folds, without, key in LONG_ONLY):
                 best_value, best = option, trial
         values, current = {**values, key: best_value}, best
     return values

@@ -166,6 +166,7 @@ class Scorer:
         self.fold = folds(pool, k)
         self.k = k
         self.source = [source_of(u.id) for u in pool]
+        self.long = frozenset(i for i, u in enumerate(pool) if u.duration_s > window_s)
         self.groups: dict[str, list[int]] = {
             f"up to {window_s:g} s": [i for i, u in enumerate(pool) if u.duration_s <= window_s],
             f"over {window_s:g} s": [i for i, u in enumerate(pool) if u.duration_s > window_s],
