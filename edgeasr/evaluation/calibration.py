@@ -10,9 +10,9 @@ carry to new speakers. The sets are read as one pool, cut into folds by speaker
 2. For each key in `GRID` order, decode the pool with each of its values (the others as
    chosen so far). A value replaces the current one only if it lowers the pool's WER by at
    least `MIN_GAIN` *and* lowers it on most folds (`better`). One pass; no value finer than
-   the grid. A key that can change only speech longer than a window (`LONG_ONLY`) is judged
-   on that speech alone: on the whole pool its gain would be diluted by the short
-   utterances it cannot touch.
+   the grid. A key that changes only the windows after the first (`LONG_ONLY`), nearly all
+   of them in speech longer than a window, is judged on that speech: on the whole pool its
+   gain would be diluted by the short utterances it cannot touch.
 3. Cross-validation of the procedure itself: for each fold, steps 1-2 on the other folds
    alone, then the values they choose are scored on the fold left out. The report's table
    says whether calibrating helps on voices it has not heard.
@@ -49,7 +49,8 @@ GRID: dict[str, tuple] = {
     "condition_on_previous_text": (False, True),
 }
 START: dict = {key: values[0] for key, values in GRID.items()}
-# keys that change nothing in a window's text but the later windows' of long speech
+# keys that change only the windows after the first (a short utterance has one but when its
+# decoder stops early and the rest is decoded again)
 LONG_ONLY = ("condition_on_previous_text",)
 MIN_GAIN = 0.005  # WER: half a point, about what tiny numeric changes move it by
 PROCEDURE = ("coordinate descent over GRID from plain decoding, one pass; a value is taken if it lowers "
