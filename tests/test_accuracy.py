@@ -187,3 +187,42 @@ def test_the_calibration_takes_only_wins_that_hold_across_speakers():
 
     values = descend(decode, scorer, folds)
     assert values["repetition_penalty"] == 1.1 and values["encoder_padding"] == START["encoder_padding"]
+
+
+def test_a_value_that_wins_on_one_source_alone_is_not_chosen_without_it():
+    """Held out by source: a value chosen on the other sources' utterances alone. One that puts
+    LibriSpeech right and changes nothing on VCTK is taken on the pool, not without LibriSpeech."""
+    pool = [Utterance(f"{prefix}{spk}-1-{i}", np.zeros(1, np.float32), "a b c d e f g h i j", 5.0,
+                      f"{prefix}{spk}", "set") for prefix in ("ls_test-clean_", "vctk_p") for spk in range(5)
+            for i in range(2)]
+    scorer = Scorer(pool, window_s=10.0)
+    assert scorer.sources == ["LibriSpeech", "VCTK"]
+    assert all({scorer.source[i] for i in scorer.fold_indexes(f)} == {"LibriSpeech", "VCTK"} for f in range(5))
+    right, wrong = "a b c d e f g h i j", "a b c d e f g h x x"
+
+    def decode(values: dict) -> list[str]:
+        fixes_ls = values["repetition_penalty"] == 1.1
+        return [right if fixes_ls and s == "LibriSpeech" else wrong for s in scorer.source]
+
+    folds = [0, 1, 2, 3, 4]
+    assert descend(decode, scorer, folds)["repetition_penalty"] == 1.1
+    assert descend(decode, scorer, folds, without="LibriSpeech") == START
+
+
+def test_the_earlier_text_as_prompt_is_judged_on_speech_longer_than_a_window():
+    """The earlier text as prompt changes only the later windows of long speech: its gain is
+    weighed there, not diluted by the short utterances it cannot change. The penalty, which
+    changes every window, is weighed on the whole pool."""
+    pool = [Utterance(f"ls_test-clean_{spk}-1-{i}", np.zeros(1, np.float32), "a b c d e f g h i j", duration,
+                      str(spk), "set") for spk in range(5) for i, duration in enumerate((12.0, *[5.0] * 24))]
+    scorer = Scorer(pool, window_s=10.0)
+    assert len(scorer.long) == 5
+    right, wrong = "a b c d e f g h i j", "a b c d e f g h i x"
+
+    def decode(values: dict) -> list[str]:  # either puts the long ones right: 5 words of 1250
+        fixed = values["condition_on_previous_text"] or values["repetition_penalty"] == 1.1
+        return [right if fixed or i not in scorer.long else wrong for i in range(len(pool))]
+
+    assert scorer.score(decode({**START, "condition_on_previous_text": True})).wer > scorer.score(decode(START)).wer - 0.005
+    values = descend(decode, scorer, [0, 1, 2, 3, 4])
+    assert values["repetition_penalty"] == START["repetition_penalty"] and values["condition_on_previous_text"]

@@ -230,3 +230,25 @@ def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engin
     pieces, advance = kept.keep(looping, chunk, True, more=False)  # nothing after it: cut
     assert [p.tokens for p in pieces][:2] == [first, phrase]
     assert sum(p.tokens == again for p in pieces) <= 1
+
+
+def test_the_last_second_after_kept_text_is_dropped_when_the_model_calls_it_silence(engine, kept):
+    """base read "...lobster fat." and then "Mr. Fat." over the 0.8 s left after it (no-speech
+    probability 0.54): text kept before, under a second, likelier silence than speech. The
+    same window alone (a one-word command), or with the model sure of speech, is kept."""
+    tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
+    text = engine.sessions.tokenizer.encode(" Mr. Fat.")
+    tokens = [tok.timestamp_begin, *text, tok.timestamp_begin + round(0.78 / per_pos)]
+    chunk = np.zeros(int(0.785 * sr), np.float32)
+
+    def keep(no_speech: float, follows: bool):
+        return kept.keep(WindowResult(tokens, [-0.9] * len(tokens), no_speech, "en", hit_cap=False), chunk, True,
+                         follows=follows)
+
+    assert keep(0.54, follows=True) == ([], len(chunk))
+    assert [p.tokens for p in keep(0.54, follows=False)[0]] == [text]
+    assert [p.tokens for p in keep(0.2, follows=True)[0]] == [text]
+    longer = np.zeros(int(1.5 * sr), np.float32)
+    kept_longer, _ = kept.keep(WindowResult(tokens, [-0.9] * len(tokens), 0.54, "en", hit_cap=False), longer, True,
+                               follows=True)
+    assert [p.tokens for p in kept_longer] == [text]

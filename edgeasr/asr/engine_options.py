@@ -36,6 +36,7 @@ class Guards:
     repeats: bool = True  # a window's text cut where it starts repeating itself (pieces.find_loop)
     silent_segments: bool = True  # a segment with no speech under it that the decoder doubts too
     stock_phrases: bool = True  # "Thank you." and the like over little speech (spoken.stock_phrase)
+    short_tails: bool = True  # a last second after kept text that the model calls silence (kept_pieces)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ from edgeasr.bundle import Bundle
 
 EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
 MIN_S_PER_TOKEN = 0.05  # a closed segment shorter than this per token has bogus timestamps
+# the end of speech decoded again after text kept from the same audio, shorter than a second,
+# that the model calls likelier silence than speech: its text is made up
+SHORT_TAIL_NO_SPEECH = 0.5
 
 
 def piece_end(piece: Piece, chunk: np.ndarray, sample_rate: int) -> float:
@@ -47,13 +50,16 @@ class KeptPieces:
             lambda token: "".join(c for c in tokenizer.decode([token]).lower() if c.isalnum()))
 
     def keep(self, result: WindowResult, chunk: np.ndarray, last: bool, speech: SpeechMap | None = None,
-             more: bool = False, temperature: float = 0.0) -> tuple[list[Piece], int]:
+             more: bool = False, temperature: float = 0.0, follows: bool = False) -> tuple[list[Piece], int]:
         """The pieces to keep and how many samples they account for. They end where the text
         starts repeating itself over audio that does not: a short window makes the decoder run
         on past the speech. Given the VAD's `speech`, only pieces spoken are kept. `last`: the
         window's speech is complete. `more`: audio follows the window, so a loop's phrase can be
-        decoded again in the next one."""
+        decoded again in the next one. `follows`: the window goes on from text kept before it
+        of the same audio."""
         sr = self.sample_rate
+        if self.guards.short_tails and follows and self._short_tail(result, chunk, last):
+            return [], len(chunk)
         decoded = split_segments(result, self.bundle.tokens.timestamp_begin, self.bundle.audio.seconds_per_position)
         times = self._token_times(decoded, chunk, result)
         loop_from = None
@@ -76,6 +82,13 @@ class KeptPieces:
             if spoken or not speech.is_spoken(0.0, len(chunk) / sr):
                 pieces = spoken
         return pieces, advance
+
+    def _short_tail(self, result: WindowResult, chunk: np.ndarray, last: bool) -> bool:
+        """The last second of speech after kept text, likelier silence than speech to the model:
+        base read "...lobster fat." then "Mr. Fat." over the 0.8 s after it, and "...than she
+        suspected." then "Thank you." over the 0.6 s after it (the VAD heard speech in both)."""
+        return (last and len(chunk) < MIN_ADVANCE_S * self.sample_rate
+                and result.no_speech_prob >= SHORT_TAIL_NO_SPEECH)
 
     def _spoken(self, piece: Piece, end: float, result: WindowResult, speech: SpeechMap,
                 temperature: float) -> bool:

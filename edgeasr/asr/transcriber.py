@@ -157,7 +157,7 @@ class Transcriber:
         earlier = walk.context[-self.sessions.max_prompt:] if self.options.decoding.condition_on_previous_text else []
         decoded = self.window_decoder.decode(encoded, silence, chunk, window.complete, earlier, walk.language,
                                              self.walker.speech(window), should_stop, more=window.more,
-                                             keyterms=walk.keyterms)
+                                             keyterms=walk.keyterms, follows=walk.continues or bool(walk.segments))
         result = decoded.result
         walk.timings["decoder"] += decoded.decoder_ms
         walk.steps += decoded.decoder_steps

@@ -66,8 +66,9 @@ class WindowDecoder:
     def decode(self, features: np.ndarray, silence: float, chunk: np.ndarray, last: bool,
                prompt: list[int], language: str | None, speech: SpeechMap | None = None,
                should_stop: Callable[[], bool] | None = None, more: bool = False,
-               keyterms: tuple[tuple[int, ...], ...] = ()) -> Decoded:
-        """Decode a window (`features`: its encoder output). `prompt` is the earlier text.
+               keyterms: tuple[tuple[int, ...], ...] = (), follows: bool = False) -> Decoded:
+        """Decode a window (`features`: its encoder output). `prompt` is the earlier text;
+        `follows`: text of the same audio was kept before the window.
         `keyterms` are the vocabulary's names and terms, whose tokens get a boost. The names
         are no prompt here: before free speech they cost more words than they put right; they
         are the prompt of the home's sentences only."""
@@ -88,7 +89,7 @@ class WindowDecoder:
                                    rng=rng, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += int(result.timings_ms["steps"])
-            pieces, advance = self.kept.keep(result, chunk, last, speech, more, temperature)
+            pieces, advance = self.kept.keep(result, chunk, last, speech, more, temperature, follows)
             stats = self._stats(result, pieces)
             if self._over_no_speech(stats) and options.encoder_padding > features.shape[1]:
                 stats = replace(stats, no_speech_prob=min(stats.no_speech_prob, unpadded(tuple(text_before))))

@@ -64,6 +64,8 @@ RULES = (
          _without_guard("silent_segments")),
     Rule("stock phrases", '"Thank you." and the like over little speech are dropped',
          _without_guard("stock_phrases")),
+    Rule("short tails", "the last second after kept text, that the model calls silence, is dropped",
+         _without_guard("short_tails")),
     Rule("unspoken words", "closing words the alignment finds no audio for are dropped",
          lambda o: replace(o, judge_words=False)),
     Rule("EOS boost", "a window ends once end-of-text is this likely (0.3: the conservative preset)",

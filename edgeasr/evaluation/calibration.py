@@ -10,10 +10,15 @@ carry to new speakers. The sets are read as one pool, cut into folds by speaker
 2. For each key in `GRID` order, decode the pool with each of its values (the others as
    chosen so far). A value replaces the current one only if it lowers the pool's WER by at
    least `MIN_GAIN` *and* lowers it on most folds (`better`). One pass; no value finer than
-   the grid.
+   the grid. A key that changes only the windows after the first (`LONG_ONLY`), nearly all
+   of them in speech longer than a window, is judged on that speech: on the whole pool its
+   gain would be diluted by the short utterances it cannot touch.
 3. Cross-validation of the procedure itself: for each fold, steps 1-2 on the other folds
    alone, then the values they choose are scored on the fold left out. The report's table
    says whether calibrating helps on voices it has not heard.
+4. The same with each source held out (LibriSpeech, VCTK, FLEURS...: `scoring.source_of`):
+   steps 1-2 on the other sources' utterances, scored on the one left out. A value that wins
+   on one corpus's reading and recording alone and loses on another is a fit, not a gain.
 
 Calibrated values are also kept per weights file (models/known_decoding.py), so that
 `edgeasr models import` applies them to a new bundle at once.
@@ -44,26 +49,37 @@ GRID: dict[str, tuple] = {
     "condition_on_previous_text": (False, True),
 }
 START: dict = {key: values[0] for key, values in GRID.items()}
+# keys that change only the windows after the first (a short utterance has one but when its
+# decoder stops early and the rest is decoded again)
+LONG_ONLY = ("condition_on_previous_text",)
 MIN_GAIN = 0.005  # WER: half a point, about what tiny numeric changes move it by
 PROCEDURE = ("coordinate descent over GRID from plain decoding, one pass; a value is taken if it lowers "
-             f"the pool's WER by >= {MIN_GAIN:.3f} and lowers it on most speaker folds")
+             f"the pool's WER by >= {MIN_GAIN:.3f} and lowers it on most speaker folds ({', '.join(LONG_ONLY)}: "
+             "the WER of the speech longer than a window); then each fold and each source held out")
 
 Hyps = list[str]
 
 
-def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int]) -> bool:
-    """The rule that lets a value replace the current one, judged on `folds` only."""
-    ix = [i for f in folds for i in scorer.fold_indexes(f)]
-    if scorer.score(candidate, ix).wer > scorer.score(current, ix).wer - MIN_GAIN:
+def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int], without: str | None = None,
+           long_only: bool = False) -> bool:
+    """The rule that lets a value replace the current one, judged on `folds` only (`without`:
+    less the utterances of that source; `long_only`: on the speech longer than a window)."""
+    def part(fold: int) -> list[int]:
+        return [i for i in scorer.fold_indexes(fold, without) if not long_only or i in scorer.long]
+
+    ix = [i for f in folds for i in part(f)]
+    if not ix or scorer.score(candidate, ix).wer > scorer.score(current, ix).wer - MIN_GAIN:
         return False
-    wins = sum(scorer.score(candidate, scorer.fold_indexes(f)).wer < scorer.score(current, scorer.fold_indexes(f)).wer
+    # a fold with none of the speech judged is no win
+    wins = sum(bool(part(f)) and scorer.score(candidate, part(f)).wer < scorer.score(current, part(f)).wer
                for f in folds)
     return wins > len(folds) / 2
 
 
 def descend(decode: Callable[[dict], Hyps], scorer: Scorer, folds: Sequence[int],
-            report: Callable[[dict, Hyps], None] = lambda values, hyps: None) -> dict:
-    """Steps 1-2 on `folds`: the values chosen. `decode(values)` gives the pool's texts."""
+            report: Callable[[dict, Hyps], None] = lambda values, hyps: None, without: str | None = None) -> dict:
+    """Steps 1-2 on `folds` (`without`: less that source's utterances): the values chosen.
+    `decode(values)` gives the pool's texts."""
     values = dict(START)
     current = decode(values)
     report(values, current)
@@ -74,7 +90,7 @@ def descend(decode: Callable[[dict], Hyps], scorer: Scorer, folds: Sequence[int]
                 continue
             trial = decode({**values, key: option})
             report({**values, key: option}, trial)
-            if better(trial, best, scorer, folds):
+            if better(trial, best, scorer, folds, without, key in LONG_ONLY):
                 best_value, best = option, trial
         values, current = {**values, key: best_value}, best
     return values
@@ -141,10 +157,19 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
         held_out.append({"fold": fold, "values": chosen, "wer_start": round(before.wer, 4),
                          "wer_chosen": round(after.wer, 4)})
         out(f"fold {fold} held out: {json.dumps(chosen)}: WER {before.wer:.2%} -> {after.wer:.2%}")
+    held_out_sources = []
+    for source in scorer.sources:
+        chosen = descend(decode, scorer, every, without=source)
+        ix = scorer.source_indexes(source)
+        before, after = scorer.score(decode(START), ix), scorer.score(decode(chosen), ix)
+        held_out_sources.append({"source": source, "values": chosen, "wer_start": round(before.wer, 4),
+                                 "wer_chosen": round(after.wer, 4)})
+        out(f"source {source} held out: {json.dumps(chosen)}: WER {before.wer:.2%} -> {after.wer:.2%}")
     hyps = decode(values)
     return {"values": values, "pool": _cells(scorer.score(hyps)),
             "groups": {name: _cells(s) for name, s in scorer.per_group(hyps).items()},
             "folds": [round(s.wer, 4) for s in scorer.per_fold(hyps)], "cross_validation": held_out,
+            "sources_held_out": held_out_sources,
             "datasets": [str(s) for s in sets], "utterances": len(pool), "procedure": PROCEDURE,
             "date": dt.date.today().isoformat()}
 

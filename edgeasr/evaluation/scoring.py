@@ -4,7 +4,10 @@ Every decision about decoding (a calibrated value, a rule) is judged on the pool
 and on each fold: a fold holds whole speakers (or whole sources, where a source does not
 name its speakers), so a value that only fits the voices it was chosen on shows as a loss on
 the folds that do not hold them. The folds are balanced by duration and fixed by the pool's
-content, not by chance: the same pool always gives the same folds.
+content, not by chance: the same pool always gives the same folds. Each utterance's source
+(the corpus it comes from: LibriSpeech, VCTK, FLEURS...) is kept too: a value chosen on the
+other sources can be scored on one held out, since a win on one corpus's recording and
+reading style is a fit too.
 
 Scores are corpus-level after Whisper's English normalizer (the one faster-whisper's and
 openai's papers use), with the substitutions, deletions and insertions counted apart: a rule
@@ -33,6 +36,9 @@ SPEAKER_IN_ID = (
     re.compile(r"^(ls)_[^_]+_(\d+)-"),
     re.compile(r"^(vctk|arctic)_([a-z]*\d*[a-z]*)_"),
 )
+# The corpora of the pool by id prefix; any other prefix is one of the small ones, pooled
+SOURCES = {"ls": "LibriSpeech", "vctk": "VCTK", "fleurs": "FLEURS", "ljs": "LJ Speech", "cathy": "Cathy"}
+OTHER_SOURCES = "other"
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ def speaker_of(utterance_id: str) -> str:
         if m:
             return f"{m.group(1)}:{m.group(2)}"
     return utterance_id.split("_", 1)[0]
+
+
+def source_of(utterance_id: str) -> str:
+    """The corpus an utterance comes from, by its id's prefix."""
+    return SOURCES.get(utterance_id.split("_", 1)[0], OTHER_SOURCES)
 
 
 def manifest_of(dataset: Path) -> Path:
@@ -131,6 +142,9 @@ class Labelled(Protocol):
     """What scoring reads of an utterance (an `Utterance`, or a manifest row without its audio)."""
 
     @property
+    def id(self) -> str: ...
+
+    @property
     def reference(self) -> str: ...
 
     @property
@@ -151,6 +165,8 @@ class Scorer:
         self.refs = [self.normalize(u.reference) for u in pool]
         self.fold = folds(pool, k)
         self.k = k
+        self.source = [source_of(u.id) for u in pool]
+        self.long = frozenset(i for i, u in enumerate(pool) if u.duration_s > window_s)
         self.groups: dict[str, list[int]] = {
             f"up to {window_s:g} s": [i for i, u in enumerate(pool) if u.duration_s <= window_s],
             f"over {window_s:g} s": [i for i, u in enumerate(pool) if u.duration_s > window_s],
@@ -158,8 +174,16 @@ class Scorer:
         for name in dict.fromkeys(u.set_name for u in pool):
             self.groups[name] = [i for i, u in enumerate(pool) if u.set_name == name]
 
-    def fold_indexes(self, fold: int) -> list[int]:
-        return [i for i, f in enumerate(self.fold) if f == fold]
+    def fold_indexes(self, fold: int, without: str | None = None) -> list[int]:
+        """The fold's utterances (`without`: less those of that source)."""
+        return [i for i, f in enumerate(self.fold) if f == fold and self.source[i] != without]
+
+    @property
+    def sources(self) -> list[str]:
+        return list(dict.fromkeys(self.source))
+
+    def source_indexes(self, source: str) -> list[int]:
+        return [i for i, s in enumerate(self.source) if s == source]
 
     def score(self, hyps: Sequence[str], indexes: Sequence[int] | None = None) -> Score:
         import jiwer
