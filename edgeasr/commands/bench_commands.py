@@ -39,7 +39,6 @@ def markdown(report: dict) -> str:
     measures = (("sentence accuracy", lambda g: f"{g['sentence_accuracy']:.0%}"),
                 ("intent accuracy (Home Assistant's matcher, strict)", lambda g: f"{g['intent_accuracy']:.0%}"),
                 ("not a command, turned into one", lambda g: f"{g['not_commands_as_command']} of {g['not_commands']}"),
-                ("wrong actions (a command heard as a different command)", lambda g: str(g["wrong_actions"])),
                 ("empty transcripts", lambda g: str(g["empty"])),
                 ("latency median, ms", lambda g: f"{g['latency_ms_median']:g}"))
     lines = [f"{report['model']}, {report['utterances']} utterances, {report['machine']}, "

@@ -17,8 +17,6 @@ after the set) and over all of them:
   hypothesis equals the expected one: the same intent and the same slots with the same values
   (free text compared case folded); for speech that is not a command the expected is none, so a
   command found there is wrong, and also counted apart;
-- wrong actions: a command heard as a different command (another intent, or other slots or
-  values), worse than none, as Home Assistant would act on it;
 - empty transcripts; latency median (ms per utterance).
 The expected intent is the manifest's `intent` column (JSON, `models command-set` writes it),
 or, for a set without one, what the matcher finds in the reference with the set's home.
@@ -211,8 +209,6 @@ def summarize(items: list[Item], results: dict[str, list[dict]]) -> dict[str, di
                                   "intent": same_intent(got, item.expected),
                                   "not_command": item.expected is None,
                                   "became_command": item.expected is None and got is not None,
-                                  "wrong_action": item.expected is not None and got is not None
-                                  and not same_intent(got, item.expected),
                                   "empty": not r["text"].strip(), "ms": r["ms"]}))
         table[row] = {}
         for group in groups:
@@ -223,7 +219,6 @@ def summarize(items: list[Item], results: dict[str, list[dict]]) -> dict[str, di
                 "intent_accuracy": round(sum(m["intent"] for m in marks) / len(marks), 4),
                 "not_commands": sum(m["not_command"] for m in marks),
                 "not_commands_as_command": sum(m["became_command"] for m in marks),
-                "wrong_actions": sum(m["wrong_action"] for m in marks),
                 "empty": sum(m["empty"] for m in marks),
                 "latency_ms_median": round(statistics.median(m["ms"] for m in marks), 1),
             }
