@@ -62,3 +62,17 @@ def test_two_commands_alike_likely_give_none_in_each_language(home):
     apart = [close[0], (rival, OWN - 0.50 - 1.1 * AMBIGUOUS / TOKENS, TOKENS)]
     taken = choose(heard, OWN, apart, sentences, names)
     assert taken is not None and taken.text == meant
+
+
+def test_a_question_heard_as_nonsense_becomes_no_command():
+    """Base heard "warum ist der Himmel blau" as "Warum ist mir Timmellau?", and found two of the
+    German home's sentences within the margin: the likelier says off, the other on. A rival
+    that says other letters than the text is still a rival: neither is taken."""
+    vocabulary = load_home(DATA / "home-de.yaml")
+    names = [said for name in vocabulary.names for said in name.spoken]
+    found = [("Lumi Streifen, Schlafzimmer, Aus.", -1.669, 13), ("Lumi Streifen, Schlafzimmer, ein", -1.710, 12)]
+    sentences = HomeSentences(vocabulary, "de")
+    assert choose("Warum ist mir Timmellau?", -1.638, found, sentences, names) is None
+    # the likeliest reading says names and spells nothing of the text: nothing is taken
+    unlike = [("Lumi Streifen, Schlafzimmer, Aus!", -1.0, 13)]
+    assert choose("den Armen mehr Zudrager zu übschicken.", -0.9, unlike, sentences, names) is None

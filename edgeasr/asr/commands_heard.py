@@ -25,7 +25,7 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
-from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_misheard, names_unlike
+from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_alone_unlike, names_misheard, names_unlike
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
     AMBIGUOUS,
@@ -118,9 +118,11 @@ def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences
         if best is not None and total < best[1] - AMBIGUOUS:
             continue  # no rival of the best: Home Assistant's matcher need not read it
         near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
-        if (near and misheard_as(sentence, text) and not names_unlike(sentence, text, names)
+        if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
                 and (meant := sentences.recognize(sentence)) is not None):
             if best is None:
+                if names_unlike(sentence, text, names):
+                    return None  # the likeliest reading spells nothing of the text: no reading
                 best = (Heard(sentence, meant, score), total)
             elif meant != best[0].intent:
                 log.debug("%r and %r are alike likely: neither taken", best[0].text, sentence)

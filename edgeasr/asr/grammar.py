@@ -119,16 +119,29 @@ def names_misheard(sentence: str, heard: str, names: Iterable[str]) -> bool:
     return any(got != form for got, form in pairs) and all(got == form or _alike(got, form) for got, form in pairs)
 
 
+def names_alone_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
+    """Does `sentence` say nothing but some of the home's `names` (a name said alone turns it on
+    in Home Assistant) while the text `heard` spells other letters? Primed with the names, the
+    decoder finds a name likely for any word it heard unclearly ("Bose Soundbar," for "pause"
+    heard as "Ours.", 0.78 nats a token below it): with no word of the text to agree with it,
+    only the letters can."""
+    kept, i, forms = _text_words(sentence), 0, _name_forms(names)
+    while i < len(kept):
+        form = _name_at(kept, i, forms)
+        if form is None:
+            return False
+        i += len(form)
+    return bool(kept) and names_unlike(sentence, heard, names)
+
+
 def names_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
     """Does `sentence` say some of the home's `names` while the text `heard` spells other letters
-    throughout? Primed with the names, the decoder finds a name likely for any word it heard
-    unclearly ("Bose Soundbar," for "pause" heard as "Ours.", 0.78 nats a token below it), and
-    base found sentences of names and areas likely for speech heard as words of nothing like them
-    ("den Armen mehr Zudrager zu übschicken." came within the margin of "Lumi Streifen,
-    Schlafzimmer, Aus!"; "Ja, dat is leuk." of "Raam, de keuken sluiten."): the letters must
-    agree. Of the sentences with names taken on the five languages' sets (base) whose letters
-    were this unlike the text, 5 were wrong actions and 2 right; a sentence without a name
-    ("Timer, Abbrechen," for "Simon-Appression") is left to the margins."""
+    throughout? Base found sentences of names and areas likely for speech heard as words of
+    nothing like them ("den Armen mehr Zudrager zu übschicken." came within the margin of "Lumi
+    Streifen, Schlafzimmer, Aus!"; "Ja, dat is leuk." of "Raam, de keuken sluiten."): the
+    likeliest reading is then no reading at all. Of the sentences with names taken on the five
+    languages' sets (base) whose letters were this unlike the text, 5 were wrong actions and 2
+    right."""
     kept, forms = _text_words(sentence), _name_forms(names)
     said = any(_name_at(kept, i, forms) for i in range(len(kept)))
     return said and not _alike(tuple(_text_words(heard)), tuple(kept))
