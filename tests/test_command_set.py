@@ -28,7 +28,9 @@ from edgeasr.home.sentences import HomeSentences
 from edgeasr.stages import Intent
 
 HOME = Path(__file__).parent / "data" / "home.yaml"
-HOMES = {lang: Path(__file__).parent / "data" / f"home-{lang}.yaml" for lang in ("de", "fr")}
+LANGS = ("de", "fr", "es", "it", "nl")
+HOMES = {lang: Path(__file__).parent / "data" / f"home-{lang}.yaml" for lang in LANGS}
+HELD_OUT = {lang: Path(__file__).parent / "data" / f"held-out-home-{lang}.yaml" for lang in LANGS}
 COUNT = 6  # a small set: the CI's time
 
 
@@ -137,9 +139,10 @@ def german() -> HomeSentences:
     return HomeSentences(load_home(HOMES["de"]), "de")
 
 
-@pytest.mark.parametrize("lang", sorted(HOMES))
-def test_each_languages_short_commands_are_commands_and_the_others_are_not(lang):
-    home = load_home(HOMES[lang])
+@pytest.mark.parametrize("homes", [HOMES, HELD_OUT], ids=["home", "held-out"])
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_languages_short_commands_are_commands_and_the_others_are_not(lang, homes):
+    home = load_home(homes[lang])
     assert home.language == lang
     sentences, spoken = HomeSentences(home, lang), LANGUAGES[lang]
     assert [t for t in spoken.short_commands if sentences.recognize(t) is None] == []

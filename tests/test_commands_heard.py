@@ -186,7 +186,7 @@ def test_a_name_alone_is_taken_only_for_a_text_that_spells_it():
     """A name said alone turns it on in Home Assistant; with the names as the prompt the decoder
     finds one likely for any word heard unclearly ("pause" heard as "Ours.": "Bose Soundbar,"
     came within the margin). With no word of the text to agree with, only its letters can."""
-    from edgeasr.asr.grammar import names_alone_unlike
+    from edgeasr.asr.grammar import names_alone_unlike, names_unlike
 
     names = ["Bose Soundbar", "Roborock", "Living Room"]
     assert names_alone_unlike("Bose Soundbar,", "Ours.", names)
@@ -194,6 +194,10 @@ def test_a_name_alone_is_taken_only_for_a_text_that_spells_it():
     assert not names_alone_unlike("Bose Soundbar.", "Bo sound bar.", names)  # the letters agree
     assert not names_alone_unlike("Pause.", "Ours.", names)  # no name
     assert not names_alone_unlike("Turn on the Bose Soundbar.", "Ours.", names)  # words besides the name
+    # with words besides a name, the letters of the whole must still agree (else nothing is taken)
+    assert names_unlike("Roborock, Living Room, off!", "Rock and roll, he said.", names)
+    assert not names_unlike("Start the Roborock.", "Start the row burah.", names)
+    assert not names_unlike("Pause.", "Ours.", names)
 
 
 def test_speech_heard_as_nonsense_does_not_become_a_command(tiny, dev_dir):

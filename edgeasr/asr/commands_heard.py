@@ -25,7 +25,7 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
-from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_alone_unlike, names_misheard
+from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_alone_unlike, names_misheard, names_unlike
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
     AMBIGUOUS,
@@ -121,6 +121,8 @@ def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences
         if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
                 and (meant := sentences.recognize(sentence)) is not None):
             if best is None:
+                if names_unlike(sentence, text, names):
+                    return None  # the likeliest reading spells nothing of the text: no reading
                 best = (Heard(sentence, meant, score), total)
             elif meant != best[0].intent:
                 log.debug("%r and %r are alike likely: neither taken", best[0].text, sentence)

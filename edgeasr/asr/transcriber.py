@@ -53,6 +53,9 @@ class _Walk:
     continues: bool  # the audio goes on from a call before (a prompt was given)
     before: int = 0  # tokens of `context` said before this call (the prompt)
     last: EncodedWindow | None = None
+    # the first window when it held all the audio: a command whose decoding went on in a second
+    # window (a segment ended early) is still read against the whole of it
+    whole: EncodedWindow | None = None
     seek: int = 0  # the first sample not yet accounted for
     segments: list[TextSegment] = field(default_factory=list)
     windows: int = 0
@@ -133,14 +136,16 @@ class Transcriber:
             window = self.walker.window(audio, walk.seek, final)
             whole = window.seek == 0 and len(window.audio) == len(audio)
             self._transcribe_window(window, walk, features if whole else None, should_stop)
+            if whole:
+                walk.whole = walk.last
             if not final and not window.more:
                 break
         if final:
             walk.seek = len(audio)
         result = self._transcription(walk, complete=final)
-        if (self.commands is not None and vocabulary and final and not partial and walk.windows == 1
-                and walk.last is not None):
-            result = self.commands.read(result, walk.last, vocabulary, walk.context[: walk.before])
+        read = walk.last if walk.windows == 1 else walk.whole
+        if self.commands is not None and vocabulary and final and not partial and read is not None:
+            result = self.commands.read(result, read, vocabulary, walk.context[: walk.before])
         return result
 
     def _transcribe_window(self, window: Window, walk: _Walk, features: np.ndarray | None,

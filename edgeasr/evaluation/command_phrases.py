@@ -67,6 +67,60 @@ FRENCH_NOT_COMMANDS = (
     "c'était une belle journée froide d'avril",
 )
 
+SPANISH_SHORT = ("pausa", "siguiente", "para", "sube el volumen", "baja el volumen", "quita el silencio", "continúa",
+                 "reanuda", "cancela el temporizador", "pausa el temporizador", "reanuda el temporizador",
+                 "estado del temporizador", "siguiente canción", "olvídalo", "cancelar")
+SPANISH_NOT_COMMANDS = (
+    "cuál es la capital de Francia", "recuérdame comprar leche de avena y pan",
+    "el veloz murciélago hindú comía feliz cardillo y kiwi", "a qué distancia está la luna",
+    "quién escribió don quijote", "cuéntame un chiste de pingüinos",
+    "escribe un correo a Sara diciendo que llegaré tarde", "cuántos gramos tiene una libra",
+    "mi hermana viene a cenar el viernes", "qué puedo cocinar con el arroz que sobró",
+    "la reunión se ha movido a las tres y media", "apunta que ha llamado el fontanero",
+    "por qué el cielo es azul", "creo que anoche me dejé la luz de la cocina encendida",
+    "cómo se escribe necesario", "cuántos habitantes tiene Canadá",
+    "manda un mensaje a mamá diciendo que ya voy", "tres tristes tigres tragaban trigo en un trigal",
+    "me recomiendas un buen libro de ciencia ficción", "se nos han vuelto a acabar los filtros de café",
+    "cuánto tiempo se cuece un huevo", "traduce buenos días al inglés",
+    "el tren a Sevilla sale a las siete", "quién ganó el mundial de dos mil diez",
+    "era un día de abril claro y frío",
+)
+ITALIAN_SHORT = ("pausa", "successivo", "alza il volume", "abbassa il volume", "togli il muto", "riprendi",
+                 "annulla il timer", "metti in pausa il timer", "riprendi il timer", "prossima canzone",
+                 "brano successivo", "lascia perdere")
+ITALIAN_NOT_COMMANDS = (
+    "qual è la capitale della Francia", "ricordami di comprare latte di avena e pane",
+    "la volpe marrone salta sopra il cane pigro", "quanto è lontana la luna",
+    "chi ha scritto i promessi sposi", "raccontami una barzelletta sui pinguini",
+    "scrivi una mail a Sara per dire che sono in ritardo", "quanti grammi ci sono in una libbra",
+    "mia sorella viene a cena venerdì", "cosa posso cucinare con il riso avanzato",
+    "la riunione è stata spostata alle tre e mezza", "prendi nota che ha chiamato l'idraulico",
+    "perché il cielo è blu", "credo di aver lasciato accesa la luce in cucina ieri sera",
+    "come si scrive necessario", "quanti abitanti ha il Canada",
+    "manda un messaggio alla mamma che sto arrivando", "sopra la panca la capra campa",
+    "mi consigli un buon libro di fantascienza", "abbiamo di nuovo finito i filtri del caffè",
+    "quanto tempo ci vuole per cuocere un uovo", "traduci buongiorno in inglese",
+    "il treno per Milano parte alle sette", "chi ha vinto i mondiali del duemilasei",
+    "era una giornata di aprile limpida e fredda",
+)
+DUTCH_SHORT = ("pauze", "pauzeer", "volgende", "vorige", "stop", "volume omhoog", "volume omlaag", "dempen", "hervat",
+               "timer annuleren", "timer pauzeren", "timer hervatten", "laat maar", "annuleer", "stop de timer")
+DUTCH_NOT_COMMANDS = (
+    "wat is de hoofdstad van Frankrijk", "herinner me eraan havermelk en brood te kopen",
+    "de snelle bruine vos springt over de luie hond", "hoe ver weg is de maan",
+    "wie heeft de avonden geschreven", "vertel me een mop over pinguïns",
+    "schrijf een mail aan Sara dat ik later kom", "hoeveel gram zit er in een pond",
+    "mijn zus komt vrijdag eten", "wat kan ik koken met de overgebleven rijst",
+    "de vergadering is verplaatst naar half vier", "noteer dat de loodgieter heeft gebeld",
+    "waarom is de lucht blauw", "ik denk dat ik gisteravond het licht in de keuken aan heb laten staan",
+    "hoe spel je noodzakelijk", "hoeveel inwoners heeft Canada",
+    "stuur mama een bericht dat ik onderweg ben", "de kat krabt de krullen van de trap",
+    "kun je me een goed sciencefictionboek aanraden", "we hebben alweer geen koffiefilters meer",
+    "hoe lang moet een ei koken", "vertaal goedemorgen naar het Engels",
+    "de trein naar Utrecht vertrekt om zeven uur", "wie won het wereldkampioenschap in tweeduizend tien",
+    "het was een heldere koude dag in april",
+)
+
 # commands as people most often say them (Home Assistant's documented example sentences), for a
 # set of TTS commands of the kind people record (--everyday; the templates' sampled sentences
 # are rarer phrasings). {light}: one of the home's entities of that domain; {area}: one of its
@@ -118,7 +172,15 @@ LANGUAGES = {
     # fr-be and fr-ch say numbers as Belgians and the Swiss do (septante, nonante)
     "fr": Language(tuple(ESPEAK_GROUPS.items()), ("fr", "fr+f3", "fr+m3", "fr+f4", "fr-be+m1", "fr-ch+f2"),
                    "àâæçéèêëîïôœùûüÿ", FRENCH_SHORT, FRENCH_NOT_COMMANDS),
+    # es-419 says Latin America's Spanish
+    "es": Language(tuple(ESPEAK_GROUPS.items()), ("es", "es+f3", "es+m3", "es+f4", "es-419+m1", "es-419+f2"),
+                   "áéíóúüñ", SPANISH_SHORT, SPANISH_NOT_COMMANDS),
+    "it": Language(tuple(ESPEAK_GROUPS.items()), ("it", "it+f3", "it+m3", "it+f4", "it+m1", "it+f2"),
+                   "àèéìíòóù", ITALIAN_SHORT, ITALIAN_NOT_COMMANDS),
+    "nl": Language(tuple(ESPEAK_GROUPS.items()), ("nl", "nl+f3", "nl+m3", "nl+f4", "nl+m1", "nl+f2"),
+                   "áéëïóöü", DUTCH_SHORT, DUTCH_NOT_COMMANDS),
 }
+
 def language_of(code: str | None) -> Language:
     """The set's language for a home's `language` (en, de-CH, fr_FR; none: English)."""
     base = (code or "en").replace("_", "-").split("-")[0].lower()

@@ -1,0 +1,78 @@
+"""Commands in German, French, Spanish, Italian and Dutch: each language's home loads, Home
+Assistant's sentences of that language hear its names, and the command reading puts a name
+heard wrong right, or takes nothing when two commands are alike likely (engine-free: the
+sentences and scores the search would give)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeasr.asr.commands_heard import choose
+from edgeasr.asr.vocabulary import AMBIGUOUS
+from edgeasr.home.names import load_home
+from edgeasr.home.sentences import HomeSentences
+
+DATA = Path(__file__).parent / "data"
+# language: (the heard text, a name misheard; the home's sentence meant; its rival, the
+# opposite command; the name)
+CASES = {
+    "de": ("Schalte Kaffee Maschine ein.", "schalte Kaffeemaschine ein", "schalte Kaffeemaschine aus",
+           "Kaffeemaschine"),
+    "fr": ("Allume la cafe tière.", "allume la Cafetière", "éteins la Cafetière", "Cafetière"),
+    "es": ("Enciende la cafe tera.", "enciende la Cafetera", "apaga la Cafetera", "Cafetera"),
+    "it": ("Accendi presa vemo.", "accendi Presa Wemo", "spegni Presa Wemo", "Presa Wemo"),
+    "nl": ("Zet koffie zet apparaat aan.", "zet Koffiezetapparaat aan", "zet Koffiezetapparaat uit",
+           "Koffiezetapparaat"),
+}
+OWN = -0.60  # the heard text's mean log-probability per token
+TOKENS = 9
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def home(request):
+    vocabulary = load_home(DATA / f"home-{request.param}.yaml")
+    names = [said for name in vocabulary.names for said in name.spoken]
+    return request.param, HomeSentences(vocabulary, request.param), names
+
+
+def test_the_homes_language_is_its_own_and_its_sentences_hear_its_names(home):
+    lang, sentences, _ = home
+    _, meant, rival, name = CASES[lang]
+    assert sentences.language == lang
+    on, off = sentences.recognize(meant), sentences.recognize(rival)
+    assert on is not None and off is not None and on.name != off.name
+    assert dict(on.slots)["name"] == dict(off.slots)["name"] == name
+
+
+def test_a_name_heard_wrong_is_put_right_in_each_language(home):
+    lang, sentences, names = home
+    heard, meant, _, name = CASES[lang]
+    assert sentences.recognize(heard) is None
+    taken = choose(heard, OWN, [(meant, OWN - 1.0, TOKENS)], sentences, names)
+    assert taken is not None and taken.text == meant and ("name", name) in taken.intent.slots
+
+
+def test_two_commands_alike_likely_give_none_in_each_language(home):
+    lang, sentences, names = home
+    heard, meant, rival, _ = CASES[lang]
+    close = [(meant, OWN - 0.50, TOKENS), (rival, OWN - 0.52, TOKENS)]
+    assert choose(heard, OWN, close, sentences, names) is None
+    apart = [close[0], (rival, OWN - 0.50 - 1.1 * AMBIGUOUS / TOKENS, TOKENS)]
+    taken = choose(heard, OWN, apart, sentences, names)
+    assert taken is not None and taken.text == meant
+
+
+def test_a_question_heard_as_nonsense_becomes_no_command():
+    """Base heard "warum ist der Himmel blau" as "Warum ist mir Timmellau?", and found two of the
+    German home's sentences within the margin: the likelier says off, the other on. A rival
+    that says other letters than the text is still a rival: neither is taken."""
+    vocabulary = load_home(DATA / "home-de.yaml")
+    names = [said for name in vocabulary.names for said in name.spoken]
+    found = [("Lumi Streifen, Schlafzimmer, Aus.", -1.669, 13), ("Lumi Streifen, Schlafzimmer, ein", -1.710, 12)]
+    sentences = HomeSentences(vocabulary, "de")
+    assert choose("Warum ist mir Timmellau?", -1.638, found, sentences, names) is None
+    # the likeliest reading says names and spells nothing of the text: nothing is taken
+    unlike = [("Lumi Streifen, Schlafzimmer, Aus!", -1.0, 13)]
+    assert choose("den Armen mehr Zudrager zu übschicken.", -0.9, unlike, sentences, names) is None
