@@ -27,7 +27,7 @@ VERIFIED = ".verified.json"
 # are there only when imported with those extras (manifest `extras`), so a reader can no
 # longer count on them; 8: decoder_align (the alignment heads' cross-attention, for word
 # timestamps) in the default bundle, int8 but its MLPs (fp32 with the fp32 extra); the beam
-# extra: decoder_step_batch, the step for several hypotheses at once, and (0.7.3, optional
+# extra: decoder_step_batch, the step for several hypotheses at once, and (optional
 # within the format) decoder_score, the step with every position's logits; 9: decoder_step_batch
 # reads the prompt's keys and values once for every hypothesis (prefix_k, prefix_v); 10:
 # decoder_score projects the positions from its input `first` on (a prompt and a text in one run),

@@ -38,13 +38,9 @@ FIRST_WORDS = 2
 ROWS = BEAM + FIRST_WORDS  # hypotheses that go on at each step
 # a hypothesis whose mean log-probability per token is this much below the floor (or the best
 # sentence finished), after this many tokens (a command's first word is often heard wrong), does
-# not go on: 103 of 218 searches on both command sets took no sentence, after ~9 steps each.
-# Measured on both command sets (300), engines taking turns in one run: at 3.0 the command
-# reading's median 36.1 ms, at 2.5 33.6, at 2.0 27.6 ms, the same 181 sentences right at all
-# three (an earlier search: 2.0 lost one of 300 in one run, none in another; 1.5 lost one).
-# 0.7.7, on both command sets and the everyday ones (420), variants taking turns: at 2.0 the
-# reading's mean 26.0 ms, at 1.5 21.8 ms, the same 315 sentences right; at 1.0 312. German
-# (base, 100): at 1.5 one right sentence fewer, one wrong command fewer
+# not go on: about half the searches take no sentence, and those are most of the reading's time.
+# 1.5 is the lowest that kept every sentence right on the English command sets (1.0 lost some;
+# the runs are in docs/benchmarks-archive.md)
 HOPELESS, HOPELESS_AFTER = 1.5, 2
 # a name heard as a near name spells at least this share of the same letters (difflib's ratio)
 NAME_LIKENESS = 0.5
