@@ -149,7 +149,7 @@ def test_a_home_sentence_the_text_could_not_be_a_mishearing_of_is_never_taken(ti
     (a recorded clip of dev-commands came within 0.87 nats per token). Nor is a sentence of fewer
     than half or more than twice the words heard: a one-word command misheard as two is put
     right."""
-    from edgeasr.asr.grammar import misheard_as
+    from edgeasr.asr.mishearing import misheard_as
 
     assert not misheard_as("What time is it?", "What time is it in Denver?")
     assert not misheard_as("our lutron shades,", "Our Lutron Shades open attic.")
@@ -167,7 +167,7 @@ def test_a_name_heard_as_a_near_name_is_put_right_with_a_wider_margin(tiny, spea
     as "Start the row burah.", and the home's sentence is ~1.1 nats a token less likely than
     that, beyond COMMAND_MARGIN. It differs only in the name, whose letters the text nearly
     spells, so NAME_MARGIN applies (Home Assistant matches near-miss names on text alike)."""
-    from edgeasr.asr.grammar import names_misheard
+    from edgeasr.asr.mishearing import names_misheard
 
     names = ["Roborock", "Bose Soundbar", "Schlage Latch", "Living Room"]
     assert names_misheard("Start the Roborock.", "Start the row burah.", names)
@@ -186,7 +186,7 @@ def test_a_name_alone_is_taken_only_for_a_text_that_spells_it():
     """A name said alone turns it on in Home Assistant; with the names as the prompt the decoder
     finds one likely for any word heard unclearly ("pause" heard as "Ours.": "Bose Soundbar,"
     came within the margin). With no word of the text to agree with, only its letters can."""
-    from edgeasr.asr.grammar import names_alone_unlike, names_unlike
+    from edgeasr.asr.mishearing import names_alone_unlike, names_unlike
 
     names = ["Bose Soundbar", "Roborock", "Living Room"]
     assert names_alone_unlike("Bose Soundbar,", "Ours.", names)

@@ -5,8 +5,8 @@ the command. Otherwise the home's sentences the audio is likeliest to be (a deco
 them, asr/grammar.py, after the names as a prompt) are weighed against the decoded text read
 the same way (in the run of that prompt: decoding.prime with a text), and the likeliest within
 COMMAND_MARGIN of the text's own score is taken (within NAME_MARGIN when it differs only in
-names the text nearly spells: grammar.names_misheard; never below MIN_COMMAND_SCORE), unless
-it could not have been heard as the text (grammar.misheard_as: "what time is it in Denver" is
+names the text nearly spells: mishearing.names_misheard; never below MIN_COMMAND_SCORE), unless
+it could not have been heard as the text (mishearing.misheard_as: "what time is it in Denver" is
 not "what time is it"; a sentence of 10 words is no command of 4): a command heard slightly
 wrong is put right, other speech is left as it was decoded.
 
@@ -25,7 +25,8 @@ import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
-from edgeasr.asr.grammar import GrammarSearch, misheard_as, names_alone_unlike, names_misheard, names_unlike
+from edgeasr.asr.grammar import GrammarSearch
+from edgeasr.asr.mishearing import misheard_as, names_alone_unlike, names_misheard, names_unlike
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
     AMBIGUOUS,

@@ -20,7 +20,7 @@ KEYTERM_BOOST = 1.0  # logits added to a token that begins a name or term (more 
 # less likely (mean log-probability per token)
 COMMAND_MARGIN = 0.8
 # and this much less likely when it differs from the text only in names the text spells nearly
-# alike (grammar.names_misheard): a name the decoder never saw is improbable even when said
+# alike (mishearing.names_misheard): a name the decoder never saw is improbable even when said
 NAME_MARGIN = 1.5
 # nor is a sentence taken that the decoder finds less likely than this in itself (mean
 # log-probability per token): next to nonsense heard for speech that is no command, a command
