@@ -122,7 +122,9 @@ class OnnxEncoder:
         mel = self.session.get_inputs()[0]
         self.input_name = mel.name
         any_length = isinstance(mel.shape[2], str)  # a named axis: the frames are the input's
-        self.frame_sizes = window_sizes(bundle.audio.n_frames, parts) if any_length else ()
+        sizes = window_sizes(bundle.audio.n_frames, parts)
+        # one size is the full window: no window is cut, so none is scanned for its audio
+        self.frame_sizes = sizes if any_length and len(sizes) > 1 else ()
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
         if self.frame_sizes and mel.shape[2] == self.frame_sizes[-1]:

@@ -17,6 +17,7 @@ that drops words shows as deletions even where the WER hides it.
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -209,9 +210,11 @@ class Scorer:
         return {name: self.score(hyps, ix) for name, ix in self.groups.items() if ix}
 
 
+@functools.cache
 def normalizer(language: str = "en") -> Callable[[str], str]:
     """Whisper's text normalizer: the English one (spellings, numbers) for English, else the
-    basic one (case, marks, symbols)."""
+    basic one (case, marks, symbols). One per language: the English one reads its spellings
+    file when made, and a judge asks for it per clip."""
     if language == "en":
         from whisper_normalizer.english import EnglishTextNormalizer
 
