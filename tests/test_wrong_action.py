@@ -97,3 +97,37 @@ def test_a_windows_log_probabilities_are_the_models_own_under_a_boost(tiny_bundl
     plain, biased = (decode_window(session, features, o, 9.0) for o in (options, boosted))
     assert plain.tokens == biased.tokens  # no such name was said: the same text
     assert np.allclose(plain.logprobs, biased.logprobs, atol=1e-4)
+
+
+def test_a_command_read_as_decoded_writes_its_numbers_apart_from_their_units(held_out):
+    """Whisper writes "a 10-minute timer"; Home Assistant 2025.4's matcher takes no command so
+    written (newer ones do), and both take "a 10 minute timer": the reading writes it so."""
+    from edgeasr.asr.command_reader import CommandReader, EncodedWindow
+    from edgeasr.asr.commands_heard import Heard
+    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.stages import TextSegment, Transcription
+
+    sentences, _ = held_out
+
+    class AsDecoded:
+        """The hearing's answer for a text that is already one of the home's sentences."""
+
+        def hear(self, text, *args, **kwargs):
+            intent = sentences.recognize(text)
+            return None if intent is None else Heard(text, intent)
+
+    def read(text: str) -> Transcription:
+        segment = TextSegment(0.0, 2.0, " " + text, (1, 2), -0.2, 0.01, 1.0)
+        decoded = Transcription(text, (segment,), "en", windows=1, tokens=2, consumed_samples=32000)
+        reader = CommandReader(AsDecoded(), lambda vocabulary, language: sentences, None,
+                               DecodingOptions(), max_prompt=224)
+        return reader.read(decoded, EncodedWindow(np.zeros((1, 1)), 0.0), load_home(HELD_OUT))
+
+    timer = read("Set a 10-minute timer.")
+    assert timer.text == "Set a 10 minute timer." and timer.segments[0].text == " Set a 10 minute timer."
+    assert timer.intent is not None and timer.intent.name == "HassStartTimer"
+    assert timer.intent == sentences.recognize("Set a 10-minute timer.")
+    spaced = read("Start a 30-second timer.")
+    assert spaced.text == "Start a 30 second timer." and spaced.intent is not None
+    plain = read("Set a timer for 5 minutes.")
+    assert plain.text == "Set a timer for 5 minutes." and plain.intent is not None

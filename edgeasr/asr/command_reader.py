@@ -7,6 +7,7 @@ When the command was heard slightly wrong, its text is put right (asr/commands_h
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +24,10 @@ from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary
 # the home's sentences for a vocabulary and a language (home.sentences: asr does not import
 # it), None where no language has them
 SentenceSource = Callable[[Vocabulary, str], Sentences | None]
+
+# a number joined to its unit ("a 10-minute timer", as Whisper writes it): Home Assistant 2025.4's
+# matcher (hassil 2) takes no command written so, newer ones do; both take "a 10 minute timer"
+_NUMBER_JOINED = re.compile(r"(\d)-(?=[^\W\d_])")
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class CommandReader:
         if heard is None:
             return result
         if heard.score is None:  # the text as decoded
-            return replace(result, intent=heard.intent)
+            return _numbers_apart(replace(result, intent=heard.intent), sentences)
         first, last = result.segments[0], result.segments[-1]
         tokens = tuple(self.tokenizer.encode(" " + heard.text))
         segment = TextSegment(start=first.start, end=last.end, text=" " + heard.text, tokens=tokens,
@@ -67,3 +72,13 @@ class CommandReader:
                               compression_ratio=compression_ratio(heard.text))
         return replace(result, text=heard.text, segments=(segment,), intent=heard.intent,
                        context=tuple([*said_before, *tokens][-self.max_prompt:]))
+
+
+def _numbers_apart(result: Transcription, sentences: Sentences) -> Transcription:
+    """A command read as decoded, its numbers written apart from their units where that asks
+    the home the same thing (Home Assistant 2025.4 then takes it as newer releases do)."""
+    text = _NUMBER_JOINED.sub(r"\1 ", result.text)
+    if text == result.text or sentences.recognize(text) != result.intent:
+        return result
+    segments = tuple(replace(s, text=_NUMBER_JOINED.sub(r"\1 ", s.text)) for s in result.segments)
+    return replace(result, text=text, segments=segments)
