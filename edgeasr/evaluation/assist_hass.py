@@ -43,7 +43,6 @@ POLL_S = 0.5  # between looks at the port while it starts
 EVENT_QUEUE = 1000  # a subscription's unread events, bounded
 USER = "edgeasr"
 PASSWORD = "edgeasr-harness"  # of a throw-away home on loopback
-ONBOARDING_AREAS = ("living_room", "bedroom", "kitchen")  # what onboarding creates, deleted
 # how a clip reaches Home Assistant: said to the satellite, or sent by assist_pipeline/run as its device
 PATHS = ("satellite", "run")
 VERSION = re.compile(r"(\d+)\.(\d+)")

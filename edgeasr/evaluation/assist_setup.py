@@ -10,7 +10,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from edgeasr.evaluation.assist_hass import ONBOARDING_AREAS, Hass, HomeAssistantFailed, Release
+from edgeasr.evaluation.assist_hass import Hass, HomeAssistantFailed, Release
 from edgeasr.evaluation.assist_home import AssistHome, HomeEntity, exposed_ids
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,9 @@ async def make_home(hass: Hass, home: AssistHome) -> HomeIds:
     """Areas, names, aliases, areas of entities and exposure, as the home file says."""
     if any(e.domain == "todo" for e in home.entities):
         await _flow(hass, "shopping_list", {})
-    for area_id in ONBOARDING_AREAS:
-        try:
-            await hass.call("config/area_registry/delete", area_id=area_id)
-        except HomeAssistantFailed:
-            pass  # an older onboarding made fewer areas
+    # onboarding makes a few areas, named in the home's language ("Wohnzimmer"): none stays
+    for area in await hass.call("config/area_registry/list"):
+        await hass.call("config/area_registry/delete", area_id=area["area_id"])
     areas = {}
     for area in home.areas:
         made = await hass.call("config/area_registry/create", name=area.name, aliases=list(area.aliases))
