@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # quarter and half windows made short commands repeat their end ("What time is it? What time").
 WINDOW_PARTS = (1.0,)
 
+
 class Encoder(Protocol):
     backend: str
 

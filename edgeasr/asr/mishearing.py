@@ -18,6 +18,7 @@ NAME_LIKENESS = 0.5
 # "Koffiezetapparaat")
 COMPOUND_PART = 6
 
+
 def misheard_as(sentence: str, heard: str) -> bool:
     """Could `sentence`, said, have been heard as the text `heard`? A mishearing changes words:
     it does not only leave some out ("what time is it in Denver" is not "what time is it": taking
@@ -75,7 +76,7 @@ def names_alone_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
         if form is None:
             return False
         i += len(form)
-    return bool(kept) and names_unlike(sentence, heard, names)
+    return bool(kept) and not _alike(tuple(_text_words(heard)), tuple(kept))
 
 
 def names_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:

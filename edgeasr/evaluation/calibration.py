@@ -64,15 +64,12 @@ def better(candidate: Hyps, current: Hyps, scorer: Scorer, folds: Sequence[int],
            long_only: bool = False) -> bool:
     """The rule that lets a value replace the current one, judged on `folds` only (`without`:
     less the utterances of that source; `long_only`: on the speech longer than a window)."""
-    def part(fold: int) -> list[int]:
-        return [i for i in scorer.fold_indexes(fold, without) if not long_only or i in scorer.long]
-
-    ix = [i for f in folds for i in part(f)]
+    parts = [[i for i in scorer.fold_indexes(f, without) if not long_only or i in scorer.long] for f in folds]
+    ix = [i for part in parts for i in part]
     if not ix or scorer.score(candidate, ix).wer > scorer.score(current, ix).wer - MIN_GAIN:
         return False
     # a fold with none of the speech judged is no win
-    wins = sum(bool(part(f)) and scorer.score(candidate, part(f)).wer < scorer.score(current, part(f)).wer
-               for f in folds)
+    wins = sum(bool(part) and scorer.score(candidate, part).wer < scorer.score(current, part).wer for part in parts)
     return wins > len(folds) / 2
 
 
