@@ -114,6 +114,9 @@ class Transcription:
     consumed_samples: int  # audio accounted for; the rest is carried to the next call
     dropped_windows: int = 0  # windows rejected by the quality gates
     runaway_windows: int = 0  # windows that hit the token cap
+    # windows kept though every attempt failed a quality gate (`decoder.on_gate_fail`: retry
+    # or keep): the decoder itself did not know what was said
+    doubtful_windows: int = 0
     # decoder passes that picked a token: one per generated token, end-of-text included, in
     # every attempt at a window (what the decoder's time is spent on)
     decoder_steps: int = 0

@@ -19,6 +19,7 @@ from edgeasr.asr.commands_heard import CommandHearing
 from edgeasr.asr.decoding import DecodingOptions
 from edgeasr.asr.gates import compression_ratio
 from edgeasr.asr.tokenizer import Tokenizer
+from edgeasr.asr.vocabulary import likeness_needed
 from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary
 
 # the home's sentences for a vocabulary and a language (home.sentences: asr does not import
@@ -59,7 +60,8 @@ class CommandReader:
         t0 = time.monotonic()
         heard = self.hearing.hear(result.text, sentences, window.features, window.silence,
                                   replace(self.options, language=result.language), vocabulary, self.batch(),
-                                  prompt=self.prompt)
+                                  prompt=self.prompt,
+                                  likeness=likeness_needed(result.language, result.doubtful_windows > 0))
         result.timings_ms["command"] = (time.monotonic() - t0) * 1e3
         if heard is None:
             return result

@@ -13,6 +13,9 @@ wrong is put right, other speech is left as it was decoded.
 A wrong action is worse than none, so no sentence is taken when another that asks something
 else of the home is nearly as likely (AMBIGUOUS), and a text that is a command only through
 its free-text slots (a delayed command, a timer's name) is weighed like text that is none.
+Outside English, where the decoder did not know what was said (every decoding of the window
+failed a quality gate), the sentence must also spell the text's letters about alike
+(vocabulary.DOUBTFUL_LIKENESS).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 from edgeasr.asr.beam import BatchDecoderSession
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
 from edgeasr.asr.grammar import GrammarSearch
-from edgeasr.asr.mishearing import misheard_as, names_alone_unlike, names_misheard, names_unlike
+from edgeasr.asr.mishearing import letters_likeness, misheard_as, names_alone_unlike, names_misheard, names_unlike
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
     AMBIGUOUS,
@@ -64,10 +67,12 @@ class CommandHearing:
         self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
 
     def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
-             vocabulary: Vocabulary, batch: BatchDecoderSession | None = None, prompt: bool = True) -> Heard | None:
+             vocabulary: Vocabulary, batch: BatchDecoderSession | None = None, prompt: bool = True,
+             likeness: float = 0.0) -> Heard | None:
         """The command the window (its encoder output and silence level) says, `text` as
         decoded; None when it says none. `prompt`: the names go before the home's sentences
-        (bench-commands measures without); `batch`: the search steps its hypotheses at once."""
+        (bench-commands measures without); `batch`: the search steps its hypotheses at once;
+        `likeness`: the share of the text's letters the sentence taken must spell alike."""
         intent = sentences.recognize(text)
         if intent is not None and not intent.free:
             return Heard(text, intent)
@@ -89,7 +94,8 @@ class CommandHearing:
                                                          batch=batch, floor=sought)
         found = [(self.tokenizer.decode(tokens).strip(), score, len(tokens) + 1) for tokens, score in held]
         log.debug("the home's sentences %s against %.3f", found, own)
-        return choose(text, own, found, sentences, [said for name in vocabulary.names for said in name.spoken])
+        return choose(text, own, found, sentences, [said for name in vocabulary.names for said in name.spoken],
+                      likeness)
 
     def search_for(self, graph: WordGraph) -> GrammarSearch:
         """The search of a graph, kept while its vocabulary is in use."""
@@ -106,10 +112,11 @@ def _has_letters(text: str) -> bool:
 
 
 def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences: Sentences,
-           names: list[str]) -> Heard | None:
+           names: list[str], likeness: float = 0.0) -> Heard | None:
     """Of the home's sentences the search found for a window (each with its mean log-probability
     per token and its tokens, likeliest first), the one `text`, as decoded and scored `own`, is
-    taken to mean; None when none may be taken or two that ask different things are alike likely."""
+    taken to mean; None when none may be taken, when the likeliest spells less than `likeness`
+    of the text's letters alike, or when two that ask different things are alike likely."""
     lowest = max(own - max(COMMAND_MARGIN, NAME_MARGIN), MIN_COMMAND_SCORE)
     best: tuple[Heard, float] | None = None
     for sentence, score, tokens in found:
@@ -122,7 +129,7 @@ def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences
         if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
                 and (meant := sentences.recognize(sentence)) is not None):
             if best is None:
-                if names_unlike(sentence, text, names):
+                if names_unlike(sentence, text, names) or letters_likeness(sentence, text) < likeness:
                     return None  # the likeliest reading spells nothing of the text: no reading
                 best = (Heard(sentence, meant, score), total)
             elif meant != best[0].intent:

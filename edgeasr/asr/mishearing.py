@@ -111,7 +111,17 @@ def _name_at(words: list[str], i: int, forms: list[tuple[str, ...]]) -> tuple[st
     return next((f for f in forms if tuple(words[i : i + len(f)]) == f), None)
 
 
+def letters_likeness(sentence: str, heard: str) -> float:
+    """The share of letters two texts spell alike (difflib's ratio; case, spaces and marks left
+    out)."""
+    return _likeness(tuple(_text_words(heard)), tuple(_text_words(sentence)))
+
+
 def _alike(heard: tuple[str, ...], name: tuple[str, ...]) -> bool:
-    """Do two spans spell about the same letters (spaces and marks left out)?"""
+    """Do two spans spell about the same letters?"""
+    return _likeness(heard, name) >= NAME_LIKENESS
+
+
+def _likeness(heard: tuple[str, ...], name: tuple[str, ...]) -> float:
     a, b = ("".join(c for word in words for c in word if c.isalnum()) for words in (heard, name))
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= NAME_LIKENESS
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()

@@ -61,6 +61,7 @@ class _Walk:
     windows: int = 0
     tokens: int = 0
     dropped: int = 0
+    doubtful: int = 0
     runaway: int = 0
     steps: int = 0
     timings: dict[str, float] = field(default_factory=lambda: {"features": 0.0, "encoder": 0.0, "decoder": 0.0})
@@ -169,6 +170,7 @@ class Transcriber:
         walk.windows += 1
         walk.tokens += len(result.tokens)
         walk.runaway += int(result.hit_cap)
+        walk.doubtful += int(decoded.doubtful)
         walk.language = result.language
         pieces = decoded.pieces
         if decoded.failed_gate is not None:
@@ -205,5 +207,5 @@ class Transcriber:
         return Transcription(text="".join(s.text for s in segments).strip(), segments=tuple(segments),
                              language=walk.language or "en", windows=walk.windows, tokens=walk.tokens,
                              consumed_samples=walk.seek, dropped_windows=walk.dropped,
-                             runaway_windows=walk.runaway, decoder_steps=walk.steps,
+                             doubtful_windows=walk.doubtful, runaway_windows=walk.runaway, decoder_steps=walk.steps,
                              timings_ms=walk.timings, context=tuple(walk.context[-self.sessions.max_prompt:]))

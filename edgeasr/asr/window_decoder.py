@@ -35,9 +35,10 @@ class Decoded:
     pieces: list[Piece]  # the pieces to keep
     result: WindowResult  # of the last attempt
     advance: int  # samples the kept pieces account for
-    failed_gate: str | None
+    failed_gate: str | None  # the gate that drops the window, None when it is kept
     decoder_ms: float  # all attempts
     decoder_steps: int  # all attempts
+    doubtful: bool = False  # kept though every attempt failed a gate
 
 
 def best_attempt(attempts: list[tuple[Decoded, WindowStats]], gates) -> tuple[Decoded, WindowStats]:
@@ -105,7 +106,7 @@ class WindowDecoder:
         decoded.decoder_ms, decoded.decoder_steps = spent, steps
         if decoded.failed_gate is not None and (
                 self.on_gate_fail == "keep" or (self.on_gate_fail == "retry" and decoded.failed_gate != "no_speech")):
-            decoded.failed_gate = None
+            decoded.failed_gate, decoded.doubtful = None, True
         return decoded
 
     def _stats(self, result: WindowResult, pieces: list[Piece]) -> WindowStats:

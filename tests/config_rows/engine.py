@@ -270,6 +270,7 @@ def _decoder_on_gate_fail(lab: Lab) -> None:
     audio = noise(2.0)
     kept, retried = lab.transcribe({"decoder.on_gate_fail": "keep"}, audio), lab.transcribe({}, audio)
     assert retried.text == "" and retried.dropped_windows == 1 and kept.text and kept.dropped_windows == 0
+    assert kept.doubtful_windows == 1 and retried.doubtful_windows == 0
 
 
 @rows.observe("decoder.fallback_temperature_step", "model")
