@@ -76,7 +76,7 @@ def names_alone_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
         if form is None:
             return False
         i += len(form)
-    return bool(kept) and not _alike(tuple(_text_words(heard)), tuple(kept))
+    return bool(kept) and letters_likeness(sentence, heard) < NAME_LIKENESS
 
 
 def names_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
@@ -89,7 +89,7 @@ def names_unlike(sentence: str, heard: str, names: Iterable[str]) -> bool:
     right."""
     kept, forms = _text_words(sentence), _name_forms(names)
     said = any(_name_at(kept, i, forms) for i in range(len(kept)))
-    return said and not _alike(tuple(_text_words(heard)), tuple(kept))
+    return said and letters_likeness(sentence, heard) < NAME_LIKENESS
 
 
 def _heard_words(form: tuple[str, ...]) -> int:
