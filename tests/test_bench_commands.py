@@ -12,7 +12,8 @@ from edgeasr.cli import main
 from edgeasr.errors import UsageError
 from edgeasr.evaluation.command_set import intent_from_json
 from edgeasr.evaluation.scoring import normalizer, read_manifest
-from edgeasr.evaluation.voice_commands import ALL, means_of, read_items, same_intent
+from edgeasr.evaluation.voice_commands import ALL, alias_targets, means_of, read_items, same_intent
+from edgeasr.home.names import load_home
 from edgeasr.stages import Intent
 
 DATA = Path(__file__).parent / "data"
@@ -29,6 +30,22 @@ def test_intents_are_the_same_with_the_same_slots_free_text_case_folded():
     assert not same_intent(lamp, Intent("HassTurnOff", (("name", "Lamp"),)))
     assert not same_intent(lamp, Intent("HassTurnOn", (("name", "Lamp"), ("area", "Kitchen"))))
     assert not same_intent(lamp, Intent("HassTurnOn", (("name", "Lamp 2"),)))
+
+
+def test_an_area_or_entity_said_by_its_alias_is_the_same_action():
+    """Home Assistant's matcher fills the slot with the alias said ("huiskamer") and acts on the
+    area it stands for (Woonkamer): the same action, not a wrong one. A floor's alias is filled
+    in as the floor's name already; another area is still another action."""
+    aliases = alias_targets(load_home(DATA / "home-nl.yaml"))
+    assert aliases[("area", "huiskamer")] == "Woonkamer"
+    said = Intent("HassMediaNext", (("area", "huiskamer"),))
+    assert same_intent(Intent("HassMediaNext", (("area", "Woonkamer"),)), said, aliases)
+    assert not same_intent(Intent("HassMediaNext", (("area", "Woonkamer"),)), said)
+    assert not same_intent(Intent("HassMediaNext", (("area", "Keuken"),)), said, aliases)
+    entity = next(n for n in load_home(DATA / "held-out-home-de.yaml").names if n.kind == "entity" and n.aliases)
+    de = alias_targets(load_home(DATA / "held-out-home-de.yaml"))
+    assert same_intent(Intent("HassTurnOn", (("name", entity.aliases[0]),)), Intent("HassTurnOn", (("name", entity.name),)), de)
+    assert not any(slot == "floor" for slot, _ in de)
 
 
 def test_a_set_without_intents_expects_what_the_matcher_finds_in_its_references():
@@ -61,6 +78,7 @@ def test_the_bench_runs_end_to_end_and_its_numbers_add_up(tmp_path, command_set,
     manifest = read_manifest(command_set)
     groups = {r["group"] for r in manifest}
     norm = normalizer("en")
+    aliases = alias_targets(load_home(command_set / "home.yaml"))
     assert list(report["rows"]) == list(ROWS) and report["utterances"] == COUNT
     for row in ROWS:
         table, results = report["rows"][row], report["results"][row]
@@ -75,11 +93,12 @@ def test_the_bench_runs_end_to_end_and_its_numbers_add_up(tmp_path, command_set,
         sentences = sum(norm(r["text"]) == norm(m["reference"]) for r, m in zip(results, manifest))
         assert table[ALL]["sentence_accuracy"] == round(sentences / COUNT, 4)
         intents = sum(same_intent(intent_from_json(json.dumps(r["intent"]) if r["intent"] else ""),
-                                  intent_from_json(m["intent"])) for r, m in zip(results, manifest))
+                                  intent_from_json(m["intent"]), aliases) for r, m in zip(results, manifest))
         assert table[ALL]["intent_accuracy"] == round(intents / COUNT, 4)
         # a wrong action is an intent found that is not the one said: none found is no action
         wrong = sum(r["intent"] is not None and not same_intent(
-            intent_from_json(json.dumps(r["intent"])), intent_from_json(m["intent"])) for r, m in zip(results, manifest))
+            intent_from_json(json.dumps(r["intent"])), intent_from_json(m["intent"]), aliases)
+            for r, m in zip(results, manifest))
         assert table[ALL]["wrong_actions"] == wrong
         assert table[ALL]["not_commands_as_command"] <= wrong <= COUNT - intents
         assert any(r["text"].strip() for r in results)

@@ -2,11 +2,13 @@
 
 The reading comes after the decoding and apart from it: it takes the text as decoded and the
 window's encoder output as values, and gives the transcription with the command's intent.
-When the command was heard slightly wrong, its text is put right (asr/commands_heard.py).
+When the command was heard slightly wrong, its text is put right (asr/commands_heard.py); when
+it must not reach the home, the transcription is left empty.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -15,12 +17,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
-from edgeasr.asr.commands_heard import CommandHearing
+from edgeasr.asr.commands_heard import WITHHELD, CommandHearing
 from edgeasr.asr.decoding import DecodingOptions
 from edgeasr.asr.gates import compression_ratio
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.vocabulary import likeness_needed
+from edgeasr.asr.vocabulary import unsure
 from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary
+
+log = logging.getLogger(__name__)
 
 # the home's sentences for a vocabulary and a language (home.sentences: asr does not import
 # it), None where no language has them
@@ -61,10 +65,13 @@ class CommandReader:
         heard = self.hearing.hear(result.text, sentences, window.features, window.silence,
                                   replace(self.options, language=result.language), vocabulary, self.batch(),
                                   prompt=self.prompt,
-                                  likeness=likeness_needed(result.language, result.doubtful_windows > 0))
+                                  unsure=unsure(result.language, result.doubtful_windows > 0))
         result.timings_ms["command"] = (time.monotonic() - t0) * 1e3
         if heard is None:
             return result
+        if heard is WITHHELD:
+            log.info("a window the decoder did not know reads as a command only through free text: withheld")
+            return replace(result, text="", segments=(), intent=None, context=tuple(said_before[-self.max_prompt:]))
         if heard.score is None:  # the text as decoded
             return _numbers_apart(replace(result, intent=heard.intent), sentences)
         first, last = result.segments[0], result.segments[-1]

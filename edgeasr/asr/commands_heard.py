@@ -15,7 +15,8 @@ else of the home is nearly as likely (AMBIGUOUS), and a text that is a command o
 its free-text slots (a delayed command, a timer's name) is weighed like text that is none.
 Outside English, where the decoder did not know what was said (every decoding of the window
 failed a quality gate), the sentence must also spell the text's letters about alike
-(vocabulary.DOUBTFUL_LIKENESS).
+(vocabulary.DOUBTFUL_LIKENESS), and a text that is a command only through its free-text slots
+is withheld: any words fit there, so Home Assistant would act on whatever was misheard.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.vocabulary import (
     AMBIGUOUS,
     COMMAND_MARGIN,
+    DOUBTFUL_LIKENESS,
     MIN_COMMAND_SCORE,
     NAME_MARGIN,
     PROMPT_ITEMS_CACHE,
@@ -50,9 +52,12 @@ log = logging.getLogger(__name__)
 class Heard:
     """The home's command a window says."""
 
-    text: str  # the home's sentence
-    intent: Intent
+    text: str  # the home's sentence; empty: the window's text is withheld
+    intent: Intent | None
     score: float | None = None  # its mean log-probability per token when put in for the decoded text
+
+
+WITHHELD = Heard("", None)  # the window's text must not reach the home
 
 
 class CommandHearing:
@@ -68,18 +73,25 @@ class CommandHearing:
 
     def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
              vocabulary: Vocabulary, batch: BatchDecoderSession | None = None, prompt: bool = True,
-             likeness: float = 0.0) -> Heard | None:
+             unsure: bool = False) -> Heard | None:
         """The command the window (its encoder output and silence level) says, `text` as
-        decoded; None when it says none. `prompt`: the names go before the home's sentences
-        (bench-commands measures without); `batch`: the search steps its hypotheses at once;
-        `likeness`: the share of the text's letters the sentence taken must spell alike."""
+        decoded; None when it says none, WITHHELD when its text must not reach the home.
+        `prompt`: the names go before the home's sentences (bench-commands measures without);
+        `batch`: the search steps its hypotheses at once; `unsure`: the decoder did not know
+        the window (vocabulary.unsure)."""
         intent = sentences.recognize(text)
         if intent is not None and not intent.free:
             return Heard(text, intent)
         # a command through free-text slots only ("set a timer for 2 minutes in 30 seconds": a
         # delayed command) is read against the home's sentences like text that is no command
-        if not _has_letters(text):
-            return None  # digits alone: numbers heard are no words misheard
+        taken = self._weigh(text, sentences, encoded, silence, options, vocabulary, batch, prompt,
+                            DOUBTFUL_LIKENESS if unsure else 0.0) if _has_letters(text) else None
+        return WITHHELD if taken is None and withheld(intent, unsure) else taken
+
+    def _weigh(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
+               vocabulary: Vocabulary, batch: BatchDecoderSession | None, prompt: bool,
+               likeness: float) -> Heard | None:
+        """The home's sentence the window is taken to say instead of `text`, or None."""
         heard = self.tokenizer.encode(" " + text)
         before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
         # one start for both readings; the text as decoded is scored in the same run
@@ -108,7 +120,15 @@ class CommandHearing:
 
 
 def _has_letters(text: str) -> bool:
-    return any(c.isalpha() for c in text)
+    return any(c.isalpha() for c in text)  # digits alone: numbers heard are no words misheard
+
+
+
+def withheld(intent: Intent | None, unsure: bool) -> bool:
+    """Is a window's text, which Home Assistant reads as `intent` and no sentence of the home
+    was taken for, withheld: a command only through free-text slots from a window the decoder
+    did not know (vocabulary.unsure)?"""
+    return unsure and intent is not None and bool(intent.free)
 
 
 def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences: Sentences,

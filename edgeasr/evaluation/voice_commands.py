@@ -15,7 +15,8 @@ after the set) and over all of them:
   word (the basic normalizer of other languages than English leaves a space where a mark was);
 - intent accuracy: the intent Home Assistant's matcher (edgeasr.home.sentences) finds in the
   hypothesis equals the expected one: the same intent and the same slots with the same values
-  (free text compared case folded); for speech that is not a command the expected is none, so a
+  (free text compared case folded; an area or entity said by one of its aliases is the area or
+  entity itself, which Home Assistant acts on either way); for speech that is not a command the expected is none, so a
   command found there is wrong, and also counted apart;
 - wrong actions: Home Assistant would do something other than what was said (another intent,
   another slot value, or a command where none was said); no intent found is no action, not a
@@ -34,7 +35,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,6 +83,7 @@ class Home:
     vocabulary: Vocabulary
     sentences: HomeSentences
     language: str
+    aliases: Mapping[tuple[str, str], str]  # alias_targets(vocabulary)
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,30 @@ class Item:
     home: Home
 
 
-def same_intent(got: Intent | None, expected: Intent | None) -> bool:
+# the slot Home Assistant's matcher puts a name of each kind in, where an alias stands for it
+ALIASED_SLOTS = {"entity": "name", "area": "area"}
+
+
+def alias_targets(vocabulary: Vocabulary) -> dict[tuple[str, str], str]:
+    """(slot, an alias case folded) -> the name of the entity or area it stands for: Home
+    Assistant's matcher fills the slot with the alias said, and acts on the same entity or area
+    as for its name (a floor's alias is already filled in as the floor's name)."""
+    return {(ALIASED_SLOTS[n.kind], alias.casefold()): n.name
+            for n in vocabulary.names if n.kind in ALIASED_SLOTS for alias in n.aliases}
+
+
+def same_intent(got: Intent | None, expected: Intent | None,
+                aliases: Mapping[tuple[str, str], str] | None = None) -> bool:
     """The same intent with the same slots and values (case folded: free text such as a search
-    query keeps the transcript's case)."""
+    query keeps the transcript's case), an alias the same as the name it stands for (`aliases`:
+    alias_targets of the home)."""
     if got is None or expected is None:
         return got is expected
+    targets = aliases or {}
 
     def folded(intent: Intent) -> tuple:
-        return intent.name, tuple((slot, value.casefold()) for slot, value in intent.slots)
+        return intent.name, tuple(sorted((slot, targets.get((slot, value.casefold()), value).casefold())
+                                         for slot, value in intent.slots))
 
     return folded(got) == folded(expected)
 
@@ -119,7 +137,7 @@ def read_items(set_dirs: list[Path], homes: list[Path]) -> list[Item]:
         path = homes[k if len(homes) > 1 else 0] if homes else set_dir / HOME_FILE
         vocabulary = load_home(path, key="--home")
         language = vocabulary.language or "en"
-        home = Home(vocabulary, HomeSentences(vocabulary, language), language)
+        home = Home(vocabulary, HomeSentences(vocabulary, language), language, alias_targets(vocabulary))
         for row in read_manifest(set_dir):
             expected = (intent_from_json(row["intent"]) if "intent" in row
                         else home.sentences.recognize(row["reference"]))
@@ -209,10 +227,11 @@ def summarize(items: list[Item], results: dict[str, list[dict]]) -> dict[str, di
             got = item.home.sentences.recognize(r["text"])
             r["intent"] = None if got is None else {"name": got.name, "slots": [list(s) for s in got.slots]}
             judged.append((item, {"sentence": norm(r["text"]).split() == norm(item.reference).split(),
-                                  "intent": same_intent(got, item.expected),
+                                  "intent": same_intent(got, item.expected, item.home.aliases),
                                   "not_command": item.expected is None,
                                   "became_command": item.expected is None and got is not None,
-                                  "wrong_action": got is not None and not same_intent(got, item.expected),
+                                  "wrong_action": got is not None and not same_intent(got, item.expected,
+                                                                                     item.home.aliases),
                                   "empty": not r["text"].strip(), "ms": r["ms"]}))
         table[row] = {}
         for group in groups:
