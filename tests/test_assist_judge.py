@@ -13,7 +13,8 @@ from edgeasr.evaluation.assist_home import configuration, home_from_files
 from edgeasr.evaluation.assist_judge import NONE, NOT_APPLICABLE, RIGHT, WRONG, judge, markdown, summary
 from edgeasr.evaluation.assist_runs import Heard, heard_from
 
-HOME = Path(__file__).parent / "data" / "home.yaml"
+DATA = Path(__file__).parent / "data"
+HOME = DATA / "home.yaml"
 
 
 def _response(kind: str, speech: str, *targets: str) -> dict:
@@ -130,14 +131,42 @@ def test_bench_assist_names_a_bad_engine_and_a_set_without_a_home(tmp_path):
 
 
 def test_a_command_on_a_timer_or_a_paused_player_is_prepared_for():
-    from edgeasr.evaluation.assist_session import PREPARED_TIMER, preparation
+    """What a command needs first is read from its intent (Home Assistant's sentences with the
+    home's names), so a home in any language is prepared for alike."""
+    from edgeasr.evaluation.assist_session import SPOKEN, preparation
+    from edgeasr.home.names import load_home
+    from edgeasr.home.sentences import HomeSentences
 
-    assert preparation("set a timer for 5 minutes") == ()
-    assert preparation("pause timer") == (PREPARED_TIMER,)
-    assert preparation("how much time is left on the timer") == (PREPARED_TIMER,)
-    assert preparation("resume the timer") == (PREPARED_TIMER, "pause the timer")
-    assert preparation("resume the Kitchen HomePod") == ("pause",)
-    assert preparation("turn on the lamp") == ()
+    sentences = HomeSentences(load_home(HOME), "en")
+    en = SPOKEN["en"]
+
+    def needs(reference: str) -> tuple[str, ...]:
+        intent = sentences.recognize(reference)
+        return preparation(intent.name if intent else None, en)
+
+    assert needs("set a timer for 5 minutes") == ()
+    assert needs("pause timer") == (en.start_timer,)
+    assert needs("how much time is left on the timer") == (en.start_timer,)
+    assert needs("resume the timer") == (en.start_timer, en.pause_timer)
+    assert needs("resume") == (en.pause,)
+    assert needs("turn on the lights") == () and needs("how old is the Brooklyn Bridge") == ()
+
+
+@pytest.mark.parametrize("language", ["en", "de", "fr", "es", "it", "nl"])
+def test_the_harness_says_its_own_commands_in_the_homes_language(language):
+    """Cancelling every timer between clips, and the timer or the pause a command needs, are
+    said in the pipeline's language: said in English to a French pipeline, no timer was ever
+    cancelled, and one that ran out during a later clip made that clip a wrong action."""
+    from edgeasr.evaluation.assist_session import SPOKEN
+    from edgeasr.home.names import load_home
+    from edgeasr.home.sentences import HomeSentences
+
+    home = HOME if language == "en" else DATA / f"home-{language}.yaml"
+    sentences = HomeSentences(load_home(home), language)
+    said = SPOKEN[language]
+    meant = {said.cancel_timers: "HassCancelAllTimers", said.start_timer: "HassStartTimer",
+             said.pause_timer: "HassPauseTimer", said.pause: "HassMediaPause"}
+    assert {text: (i.name if (i := sentences.recognize(text)) else None) for text in meant} == meant
 
 
 def test_timer_events_compare_by_what_changed_not_by_when():

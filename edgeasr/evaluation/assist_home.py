@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeasr.errors import ConfigError
-from edgeasr.stages import HomeName
+from edgeasr.stages import HomeName, Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class AssistHome:
     language: str
     areas: tuple[HomeName, ...]
     entities: tuple[HomeEntity, ...]
+    vocabulary: Vocabulary  # the home files' names, merged: what the commands are read against
 
     @property
     def satellite_area(self) -> str:
@@ -87,7 +88,6 @@ def home_from_files(paths: list[Path]) -> AssistHome:
     entity placed in an area (the module's docstring); the first file's first area is the
     satellite's."""
     from edgeasr.home.names import load_home
-    from edgeasr.stages import Vocabulary
 
     vocabulary = Vocabulary()
     for path in paths:
@@ -101,7 +101,7 @@ def home_from_files(paths: list[Path]) -> AssistHome:
     if skipped:
         log.info("no offline Home Assistant platform for %s: those entities are left out", ", ".join(skipped))
     return AssistHome(vocabulary.language or "en", areas, _placed([n for n in entities if n.domain in BUILDERS],
-                                                                   [a.name for a in areas]))
+                                                                   [a.name for a in areas]), vocabulary)
 
 
 def _placed(names: list[HomeName], areas: list[str]) -> tuple[HomeEntity, ...]:

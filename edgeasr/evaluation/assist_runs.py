@@ -67,8 +67,11 @@ def heard_from(events: list[dict[str, Any]], audio_end: float | None = None) -> 
 class Home:
     """The home's states: put back, read, and compared."""
 
-    def __init__(self, hass: Hass, entities: list[str], resets: tuple[Call, ...], satellite: Satellite) -> None:
+    def __init__(self, hass: Hass, entities: list[str], resets: tuple[Call, ...], satellite: Satellite,
+                 cancel_timers: str) -> None:
+        """`cancel_timers`: what cancels every timer, said in the home's language."""
         self.hass, self.entities, self.resets, self.satellite = hass, entities, resets, satellite
+        self.cancel_timers = cancel_timers
         self._baseline: dict[str, Any] | None = None
 
     async def states(self) -> dict[str, Any]:
@@ -86,7 +89,7 @@ class Home:
     async def reset(self, device_id: str, pipeline_id: str) -> dict[str, Any]:
         """The home as after the first reset (timers cancelled); its states."""
         if self.satellite.timers and self.satellite.timers[-1]["type"] != "timer-cancelled":
-            await run_text(self.hass, "cancel all timers", pipeline_id, device_id)
+            await run_text(self.hass, self.cancel_timers, pipeline_id, device_id)
         for call in self.resets:
             await self.hass.service(call.domain, call.service, call.data)
         async with self.hass.subscribe("subscribe_events", event_type="state_changed") as events:

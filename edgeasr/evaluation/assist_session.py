@@ -14,16 +14,17 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgeasr.errors import UsageError
 from edgeasr.evaluation.assist_engines import EngineProcess
 from edgeasr.evaluation.assist_hass import Hass, HassProcess, Release, free_port, onboard
 from edgeasr.evaluation.assist_home import AssistHome, configuration
-from edgeasr.evaluation.assist_judge import TIMER_WORDS, Verdict, judge
+from edgeasr.evaluation.assist_judge import Verdict, judge
 from edgeasr.evaluation.assist_runs import Heard, Home, run_audio, run_satellite, run_text
 from edgeasr.evaluation.assist_setup import SatelliteDevice, add_pipeline, add_satellite, add_wyoming, make_home
 from edgeasr.evaluation.satellite import Satellite
@@ -31,10 +32,33 @@ from edgeasr.evaluation.satellite import Satellite
 log = logging.getLogger(__name__)
 
 SATELLITE_NAME = "edgeasr satellite"
-PREPARED_TIMER = "set a timer for 10 minutes"
-TIMER_STARTED = re.compile(r"\b(set|start)\b.*\btimer\b|\btimer for\b", re.IGNORECASE)
-RESUMING = re.compile(r"\b(unpause|resume|continue)\b", re.IGNORECASE)
 TOKEN_DAYS = 1  # the long-lived token of a home that lives as long as the run
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """What the harness itself says to the satellite, in the home's language."""
+
+    cancel_timers: str
+    start_timer: str
+    pause_timer: str
+    pause: str  # a media player
+
+
+# each read as its intent by Home Assistant 2025.4's sentences (home-assistant-intents 2025.3.28)
+# and by the newest (tests/test_assist_judge.py)
+SPOKEN = {
+    "en": Spoken("cancel all timers", "set a timer for 10 minutes", "pause the timer", "pause"),
+    "de": Spoken("stoppe alle Timer", "stelle einen Timer für 10 Minuten", "pausiere den Timer", "pausiere"),
+    "fr": Spoken("annule tous les minuteurs", "mets un minuteur de 10 minutes", "mets en pause le minuteur", "pause"),
+    "es": Spoken("cancela todos los temporizadores", "pon un temporizador de 10 minutos", "pausa el temporizador",
+                 "pausa"),
+    "it": Spoken("annulla tutti i timer", "imposta un timer di 10 minuti", "metti in pausa il timer", "pausa"),
+    "nl": Spoken("annuleer alle timers", "zet een timer voor 10 minuten", "pauzeer de timer", "pauzeer"),
+}
+# the commands that act on a running timer, which a reset leaves none of
+ON_A_RUNNING_TIMER = frozenset({"HassPauseTimer", "HassTimerStatus", "HassIncreaseTimer", "HassDecreaseTimer",
+                                "HassCancelTimer", "HassCancelAllTimers"})
 
 
 class AssistSession:
@@ -57,6 +81,21 @@ class AssistSession:
     def url(self) -> str:
         return self._process.url
 
+    @property
+    def spoken(self) -> Spoken:
+        if self.home.language not in SPOKEN:
+            raise UsageError(f"--home: the harness speaks {', '.join(SPOKEN)}, not {self.home.language}")
+        return SPOKEN[self.home.language]
+
+    def intent_of(self, reference: str) -> str | None:
+        """The intent Home Assistant's sentences find in a clip's reference (the newest sentences
+        with the home's names), None where they find none."""
+        from edgeasr.home.sentences import sentences_for
+
+        sentences = sentences_for(self.home.vocabulary, self.home.language)
+        intent = sentences.recognize(reference) if sentences is not None else None
+        return intent.name if intent is not None else None
+
     async def __aenter__(self) -> AssistSession:
         try:
             await asyncio.to_thread(self._stack.enter_context, self._process)
@@ -72,7 +111,7 @@ class AssistSession:
                 Satellite(SATELLITE_NAME, self.home.satellite_area, free_port()))
             self.device = await add_satellite(self.hass, self.satellite.port, ids.areas[self.home.satellite_area])
             await self.satellite.wait_ready()
-            self._home = Home(self.hass, list(ids.entities), self._resets, self.satellite)
+            self._home = Home(self.hass, list(ids.entities), self._resets, self.satellite, self.spoken.cancel_timers)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -115,7 +154,7 @@ class AssistSession:
 
     async def _measured(self, run, pipeline: str, reference: str) -> Heard:
         await self._home.reset(self.device.device_id, pipeline)
-        for text in preparation(reference):
+        for text in preparation(self.intent_of(reference), self.spoken):
             await run_text(self.hass, text, pipeline, self.device.device_id)
         before = await self._home.states()
         timers = len(self.satellite.timers)
@@ -130,15 +169,17 @@ class AssistSession:
         return oracle, heard, judge(oracle, heard, reference, self.release.has_timers)
 
 
-def preparation(reference: str) -> tuple[str, ...]:
-    """What the satellite says before a command that acts on something a reset leaves out: a
-    running timer ("pause the timer", "how much time is left"), a paused one or a paused player
-    ("resume")."""
-    timer = bool(TIMER_WORDS.search(reference)) and not TIMER_STARTED.search(reference)
-    steps = [PREPARED_TIMER] if timer else []
-    if RESUMING.search(reference):
-        steps.append("pause the timer" if timer else "pause")
-    return tuple(steps)
+def preparation(intent: str | None, spoken: Spoken) -> tuple[str, ...]:
+    """What the satellite says before a command (its `intent`) that acts on something a reset
+    leaves out: a running timer ("pause the timer", "how much time is left"), a paused one or a
+    paused player ("resume")."""
+    if intent in ON_A_RUNNING_TIMER:
+        return (spoken.start_timer,)
+    if intent == "HassUnpauseTimer":
+        return spoken.start_timer, spoken.pause_timer
+    if intent == "HassMediaUnpause":
+        return (spoken.pause,)
+    return ()
 
 
 def heard_json(heard: Heard) -> dict[str, Any]:
