@@ -123,7 +123,6 @@ def _has_letters(text: str) -> bool:
     return any(c.isalpha() for c in text)  # digits alone: numbers heard are no words misheard
 
 
-
 def withheld(intent: Intent | None, unsure: bool) -> bool:
     """Is a window's text, which Home Assistant reads as `intent` and no sentence of the home
     was taken for, withheld: a command only through free-text slots from a window the decoder
