@@ -29,6 +29,7 @@ or, for a set without one, what the matcher finds in the reference with the set'
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import platform
@@ -83,7 +84,10 @@ class Home:
     vocabulary: Vocabulary
     sentences: HomeSentences
     language: str
-    aliases: Mapping[tuple[str, str], str]  # alias_targets(vocabulary)
+
+    @functools.cached_property
+    def aliases(self) -> dict[tuple[str, str], str]:
+        return alias_targets(self.vocabulary)
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ def read_items(set_dirs: list[Path], homes: list[Path]) -> list[Item]:
         path = homes[k if len(homes) > 1 else 0] if homes else set_dir / HOME_FILE
         vocabulary = load_home(path, key="--home")
         language = vocabulary.language or "en"
-        home = Home(vocabulary, HomeSentences(vocabulary, language), language, alias_targets(vocabulary))
+        home = Home(vocabulary, HomeSentences(vocabulary, language), language)
         for row in read_manifest(set_dir):
             expected = (intent_from_json(row["intent"]) if "intent" in row
                         else home.sentences.recognize(row["reference"]))
@@ -226,12 +230,12 @@ def summarize(items: list[Item], results: dict[str, list[dict]]) -> dict[str, di
             norm = normalizers[item.home.language]
             got = item.home.sentences.recognize(r["text"])
             r["intent"] = None if got is None else {"name": got.name, "slots": [list(s) for s in got.slots]}
+            right = same_intent(got, item.expected, item.home.aliases)
             judged.append((item, {"sentence": norm(r["text"]).split() == norm(item.reference).split(),
-                                  "intent": same_intent(got, item.expected, item.home.aliases),
+                                  "intent": right,
                                   "not_command": item.expected is None,
                                   "became_command": item.expected is None and got is not None,
-                                  "wrong_action": got is not None and not same_intent(got, item.expected,
-                                                                                     item.home.aliases),
+                                  "wrong_action": got is not None and not right,
                                   "empty": not r["text"].strip(), "ms": r["ms"]}))
         table[row] = {}
         for group in groups:
