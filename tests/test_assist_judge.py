@@ -4,6 +4,7 @@ against a real Home Assistant)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,15 @@ def test_a_command_on_a_timer_or_a_paused_player_is_prepared_for():
     assert needs("resume the timer") == (en.start_timer, en.pause_timer)
     assert needs("resume") == (en.pause,)
     assert needs("turn on the lights") == () and needs("how old is the Brooklyn Bridge") == ()
+
+
+def test_a_home_in_a_language_the_harness_cannot_speak_is_refused_before_home_assistant_starts(tmp_path):
+    from edgeasr.errors import UsageError
+    from edgeasr.evaluation.assist_session import AssistSession
+
+    home = dataclasses.replace(home_from_files([HOME]), language="pt")
+    with pytest.raises(UsageError, match="--home: the harness speaks en, de, fr, es, it, nl, not pt"):
+        AssistSession(tmp_path / "no-venv", home, tmp_path)
 
 
 @pytest.mark.parametrize("language", ["en", "de", "fr", "es", "it", "nl"])

@@ -64,6 +64,7 @@ ON_A_RUNNING_TIMER = frozenset({"HassPauseTimer", "HassTimerStatus", "HassIncrea
 class AssistSession:
     def __init__(self, venv: Path, home: AssistHome, workdir: Path) -> None:
         self.home, self.workdir = home, workdir
+        self.spoken = spoken_in(home.language)
         self.port = free_port()
         config, self._resets = configuration(home, self.port)
         self._process = HassProcess(venv, workdir / "hass", config, self.port)
@@ -80,12 +81,6 @@ class AssistSession:
     @property
     def url(self) -> str:
         return self._process.url
-
-    @property
-    def spoken(self) -> Spoken:
-        if self.home.language not in SPOKEN:
-            raise UsageError(f"--home: the harness speaks {', '.join(SPOKEN)}, not {self.home.language}")
-        return SPOKEN[self.home.language]
 
     def intent_of(self, reference: str) -> str | None:
         """The intent Home Assistant's sentences find in a clip's reference (the newest sentences
@@ -167,6 +162,13 @@ class AssistSession:
         oracle = await self.oracle(reference)
         heard = await self.hear(pcm, pipeline, reference, path)
         return oracle, heard, judge(oracle, heard, reference, self.release.has_timers)
+
+
+def spoken_in(language: str) -> Spoken:
+    """What the harness says in `language`; a clear error for a language it cannot speak."""
+    if language not in SPOKEN:
+        raise UsageError(f"--home: the harness speaks {', '.join(SPOKEN)}, not {language}")
+    return SPOKEN[language]
 
 
 def preparation(intent: str | None, spoken: Spoken) -> tuple[str, ...]:
