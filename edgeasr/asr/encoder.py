@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 # reads the rest as the silence row. The full window only: with (0.75, 1.0) a command took
 # 1/1.22 of the time, base's short pool utterances lost 0.5 points of WER, but tiny.en lost 2
 # of 315 commands with the home's vocabulary and 3 without (the pool's WER 7.03 -> 7.09 %);
-# quarter and half windows made short commands repeat their end ("What time is it? What time").
+# quarter and half windows made short commands repeat their end ("What time is it? What time"),
+# past the audio the silence row or, position by position, the encoder's output for silence.
 WINDOW_PARTS = (1.0,)
 
 
