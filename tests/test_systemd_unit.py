@@ -133,6 +133,7 @@ def test_unit_has_what_the_daemon_needs():
     assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
     assert s["ExecStart"] == ["/usr/bin/edgeasr --config /etc/edgeasr/edgeasr.yaml"]
     assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert int(s["CPUWeight"][0]) > 100  # favoured over the default when the CPU is contended
 
 
 # --- the unit's system call filter, applied with libseccomp ---------------------------
