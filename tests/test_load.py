@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from edgeasr.errors import UsageError
+from edgeasr.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
 from edgeasr.evaluation.load import LOADS, Neighbours, parse_loads
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,3 +80,56 @@ def test_neighbours_die_with_a_killed_bench():
     pids = json.loads(proc.stdout)
     assert len(pids) == 3
     assert all(_exits(pid) for pid in pids)
+
+
+def test_a_cpu_weight_is_a_systemd_weight_and_anything_else_is_refused():
+    assert parse_weight("1000") == 1000 and parse_weight("1") == 1 and parse_weight("10000") == 10000
+    for bad in ("0", "10001", "-5", "high", ""):
+        with pytest.raises(UsageError, match="--cpu-weight"):
+            parse_weight(bad)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_cpu_groups_write_the_weight_each_cgroup_version_reads(tmp_path, version):
+    """cgroup v2 takes systemd's weight as it is (cpu.weight, the cpu controller switched on for
+    the children); v1 takes shares, 1024 for the default weight 100."""
+    if version == "v2":
+        (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        (tmp_path / "cgroup.subtree_control").write_text("memory pids\n")
+        base = tmp_path
+    else:
+        base = tmp_path / "cpu"
+        base.mkdir()
+    groups = CpuGroups({"ours": 1000, "peer": DEFAULT_WEIGHT}, root=tmp_path)
+    groups.place("ours", 4242)
+    if version == "v2":
+        assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu\n"
+        assert (base / "edgeasr-bench-ours" / "cpu.weight").read_text() == "1000\n"
+        assert (base / "edgeasr-bench-peer" / "cpu.weight").read_text() == "100\n"
+    else:
+        assert (base / "edgeasr-bench-ours" / "cpu.shares").read_text() == "10240\n"
+        assert (base / "edgeasr-bench-peer" / "cpu.shares").read_text() == "1024\n"
+    assert (base / "edgeasr-bench-ours" / "cgroup.procs").read_text() == "4242\n"
+
+
+def test_cpu_groups_that_cannot_be_made_are_a_usage_error_naming_the_flag(tmp_path):
+    (tmp_path / "cpu").write_text("a file where the cpu hierarchy should be")
+    with pytest.raises(UsageError, match="--cpu-weight: cannot make cpu cgroups under"):
+        CpuGroups({"ours": 1000}, root=tmp_path)
+
+
+def test_a_process_placed_in_a_cpu_group_runs_in_it_and_the_group_goes_with_close():
+    """On this machine's own cgroup tree (root: the bench's `--cpu-weight` needs it too)."""
+    if os.geteuid() != 0:
+        pytest.skip("cpu cgroups are made by root")
+    groups = CpuGroups({"ours": 1000})
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        groups.place("ours", child.pid)
+        assert any(line.endswith("/edgeasr-bench-ours")
+                   for line in Path(f"/proc/{child.pid}/cgroup").read_text().splitlines())
+    finally:
+        child.kill()
+        child.wait()
+    groups.close()
+    assert not groups.dirs["ours"].exists()

@@ -38,6 +38,10 @@ def register(subparsers) -> None:
     p.add_argument("--load", default=None, metavar="LOADS",
                    help="run ours and faster-whisper interleaved under each of these loads in turn "
                    f"({', '.join(LOADS)}; the first is the one slowdowns are against), e.g. idle,busy1,busy2,wakeful")
+    p.add_argument("--cpu-weight", default=None, metavar="N",
+                   help="with ours and faster-whisper interleaved: ours, faster-whisper's row and the "
+                   "neighbours each in a cpu cgroup of its own, as separate services are, ours at weight N "
+                   "(systemd's CPUWeight=; the unit's is 1000), the others at 100. Needs root")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # child process: run one row
@@ -74,6 +78,8 @@ def markdown(report: dict) -> str:
     for key, value in report.get("ratios", {}).items():
         lines.append(f"\n{key}: {value}")
     lines += _load_table(report.get("load", {}))
+    if "cpu_weight" in report:
+        lines.append("\ncpu cgroup weights: " + ", ".join(f"{who} {w}" for who, w in report["cpu_weight"].items()))
     return "\n".join(lines)
 
 

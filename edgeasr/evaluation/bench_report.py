@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from edgeasr.config import DECODER_PRESETS
 from edgeasr.evaluation.bench_rows import ROWS
+from edgeasr.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
 from edgeasr.evaluation.load import parse_loads
 from edgeasr.evaluation.runs import row_config
 from edgeasr.evaluation.turns import OURS, THEIRS, interleaved, summarize_interleaved, summarize_loads
@@ -29,6 +30,7 @@ def run(args) -> dict:
     from edgeasr.models.default import open_bundle
 
     loads = parse_loads(args.load) if args.load else ["idle"]
+    weight = parse_weight(args.cpu_weight) if args.cpu_weight is not None else None
     bundle = open_bundle(row_config(args, {}))  # prepares the default bundle once, before the children
     args.model = args.model or bundle.root
     entries = read_entries(args.set_dirs, args.limit)
@@ -48,8 +50,16 @@ def run(args) -> dict:
     if "total_ms_median" in ours and "total_ms_median" in fw:
         report["ratios"] = {"faster-whisper median / ours": round(fw["total_ms_median"] / ours["total_ms_median"], 2)}
         print(f"bench: ours and faster-whisper, interleaved, under {', '.join(loads)} ...", file=sys.stderr)
-        turns = interleaved({row: _child_cmd(args, row) + ["--serve"] for row in (OURS, THEIRS)},
-                            len(entries), loads)
+        groups = None if weight is None else CpuGroups(
+            {"ours": weight, "peer": DEFAULT_WEIGHT, "neighbours": DEFAULT_WEIGHT})
+        try:
+            turns = interleaved({row: _child_cmd(args, row) + ["--serve"] for row in (OURS, THEIRS)},
+                                len(entries), loads, groups)
+        finally:
+            if groups is not None:
+                groups.close()
+        if groups is not None:
+            report["cpu_weight"] = {"ours": weight, "faster-whisper and the neighbours": DEFAULT_WEIGHT}
         pair = summarize_interleaved(turns)
         report["interleaved"] = pair
         if args.load:

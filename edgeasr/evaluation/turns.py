@@ -10,18 +10,24 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from edgeasr.evaluation.cpu_groups import CpuGroups
 from edgeasr.evaluation.load import Neighbours
 
 OURS, THEIRS = "10s-int8", "faster-whisper"
 NO_LOAD = ("idle",)
 
 
-def interleaved(commands: dict[str, list[str]], count: int, loads: Sequence[str] = NO_LOAD) -> dict:
+def interleaved(commands: dict[str, list[str]], count: int, loads: Sequence[str] = NO_LOAD,
+                groups: CpuGroups | None = None) -> dict:
     """Each row's process (by its command line, serving as `bench_rows.serve_row` does) on
-    every utterance, under every load in turn; which row goes first alternates."""
+    every utterance, under every load in turn; which row goes first alternates. `groups`: our
+    row, the peer's and the neighbours each in its cpu cgroup ("ours", "peer", "neighbours")."""
     rows = tuple(commands)
     procs = {row: subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True) for row, cmd in commands.items()}
+    if groups is not None:
+        for row, proc in procs.items():
+            groups.place("ours" if row == OURS else "peer", proc.pid)
 
     def ask(row: str, index: int | None) -> dict:
         proc = procs[row]
@@ -42,6 +48,9 @@ def interleaved(commands: dict[str, list[str]], count: int, loads: Sequence[str]
             ask(row, 0)  # warm-up, not counted
         pairs = []
         with Neighbours(list(loads)) as neighbours:
+            if groups is not None:
+                for neighbour in neighbours.procs.values():
+                    groups.place("neighbours", neighbour.pid)
             for i in range(count):
                 for j in range(len(loads)):
                     load = loads[(i + j) % len(loads)]
