@@ -64,16 +64,15 @@ def test_bench_on_base_compares_with_faster_whisper_on_the_same_weights(base_bun
 
 def test_bench_under_load_reports_each_load_against_the_first(tiny_bundle, dev_dir, tmp_path):
     """`--load`: the pair takes turns under every load; the first load's slowdowns are 1, and
-    the neighbours are gone when the bench is. With `--cpu-weight` (root, as in CI) each side
-    runs in a cpu cgroup of its own, and the groups are gone afterwards too."""
+    the neighbours are gone when the bench is. With `--cpu-weight` (as root, as CI runs) each
+    side runs in a cpu cgroup of its own, and the groups are gone afterwards too."""
     from edgeasr.evaluation.cpu_groups import CGROUP_ROOT, PREFIX
 
     out = tmp_path / "bench.json"
-    weight = ["--cpu-weight", "1000"] if os.geteuid() == 0 else []
     proc = subprocess.run(
         [sys.executable, "-m", "edgeasr", "bench", "--dataset", str(dev_dir), "--model", str(tiny_bundle),
          "--limit", "2", "--rows", "10s-int8,faster-whisper", "--no-presets", "--load", "idle,busy1,wakeful",
-         "--out", str(out), *weight],
+         "--out", str(out), "--cpu-weight", "1000"],
         capture_output=True, text=True, cwd=REPO, timeout=900, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
@@ -86,10 +85,9 @@ def test_bench_under_load_reports_each_load_against_the_first(tiny_bundle, dev_d
     assert report["interleaved"]["ours_ms_median"] == loads["idle"]["ours_ms_median"]
     assert "| busy1 |" in proc.stdout and "| wakeful |" in proc.stdout
     assert set(report["load_average_1min"]) == {"start", "end"}
-    if weight:
-        assert report["cpu_weight"] == {"ours": 1000, "faster-whisper and the neighbours": 100}
-        assert "cpu cgroup weights: ours 1000" in proc.stdout
-        assert not [g for base in (CGROUP_ROOT, CGROUP_ROOT / "cpu") for g in base.glob(f"{PREFIX}-*")]
+    assert report["cpu_weight"] == {"ours": 1000, "faster-whisper and the neighbours": 100}
+    assert "cpu cgroup weights: ours 1000" in proc.stdout
+    assert not [g for base in (CGROUP_ROOT, CGROUP_ROOT / "cpu") for g in base.glob(f"{PREFIX}-*")]
 
 
 def test_an_unknown_load_is_refused_before_any_row_runs(tiny_bundle, dev_dir):

@@ -11,6 +11,7 @@ import platform
 import statistics
 import subprocess
 import sys
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from edgeasr.config import DECODER_PRESETS
@@ -52,13 +53,10 @@ def run(args) -> dict:
         print(f"bench: ours and faster-whisper, interleaved, under {', '.join(loads)} ...", file=sys.stderr)
         groups = None if weight is None else CpuGroups(
             {"ours": weight, "peer": DEFAULT_WEIGHT, "neighbours": DEFAULT_WEIGHT})
-        try:
+        with groups or nullcontext():
             turns = interleaved({row: _child_cmd(args, row) + ["--serve"] for row in (OURS, THEIRS)},
                                 len(entries), loads, groups)
-        finally:
-            if groups is not None:
-                groups.close()
-        if groups is not None:
+        if weight is not None:
             report["cpu_weight"] = {"ours": weight, "faster-whisper and the neighbours": DEFAULT_WEIGHT}
         pair = summarize_interleaved(turns)
         report["interleaved"] = pair

@@ -53,6 +53,12 @@ class CpuGroups:
     def place(self, name: str, pid: int) -> None:
         (self.dirs[name] / "cgroup.procs").write_text(f"{pid}\n")
 
+    def __enter__(self) -> CpuGroups:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         """Remove the groups; one that still holds a process (its bench child did not end) stays,
         and the log names it."""
