@@ -129,7 +129,7 @@ def engine_for(cfg: Config, bundle: Bundle, words: bool = False) -> Transcriber:
     """The engine as the daemon hears with it: the configured decoding, the segmenter's pause
     rule for long audio, and the home's sentences where they are installed. `edgeasr
     transcribe` and `bench-commands` build theirs here too, so that they hear as it does."""
-    from edgeasr.asr.engine import build_engine
+    from edgeasr.asr.transcriber import build_engine
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.home.sentences import sentences_for_engine
 
@@ -382,7 +382,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, lambda signum, frame: self._reload.set())
     def reload(self) -> None:
         """SIGHUP: apply the live keys of the file as it is now, compared with what runs."""
-        from edgeasr.asr.engine import reconfigured
+        from edgeasr.asr.transcriber import reconfigured
 
         if self.reload_config is None:
             log.warning("SIGHUP: no configuration file to reload")

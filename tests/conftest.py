@@ -128,7 +128,7 @@ def make_engine(bundle_dir: Path, sentences=None, **keys):
     """The engine as the daemon builds it, from default config sections plus dotted `keys`
     (e.g. make_engine(b, **{"decoder.preset": "conservative"})); the CPU encoder. `sentences`:
     the home's sentences it reads commands with (home.sentences.sentences_for)."""
-    from edgeasr.asr.engine import build_engine
+    from edgeasr.asr.transcriber import build_engine
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.bundle import load_bundle
     from edgeasr.config import load_config

@@ -21,7 +21,7 @@ from edgeasr.asr.beam import BeamDecoder, best_candidates
 from edgeasr.asr.decoding import DecoderSession, preset_options
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.greedy import decode_window
-from edgeasr.asr.logits import SuppressBlank, SuppressTokens
+from edgeasr.asr.logits import LogitRules, SuppressBlank, SuppressTokens
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
@@ -34,8 +34,8 @@ MAX_NEW = 60
 def beam_search(bundle, session: DecoderSession, beam: BeamDecoder, features, prompt: list[int]):
     tok = bundle.tokens
     session.start(features, padding=0)
-    chain = [SuppressTokens(bundle.suppress_tokens), SuppressBlank(tok.blank, tok.eot)]
-    return beam.search(session.step(prompt), chain, MAX_NEW)
+    rules = LogitRules([SuppressTokens(bundle.suppress_tokens), SuppressBlank(tok.blank, tok.eot)])
+    return beam.search(session.step(prompt), rules, MAX_NEW)
 
 
 @pytest.mark.parametrize("size", [2, 3, 5])

@@ -55,8 +55,8 @@ def test_the_names_prompt_holds_the_names_most_like_what_was_heard_within_its_bu
     """A home's names fill more than the prompt's budget (this one ~150 tokens): with the text as
     first decoded, the names most like some part of it go first, so that the name said is in the
     prompt; whole names only, the budget held in the bundle's own tokens."""
+    from edgeasr.asr.commands.vocabulary import PROMPT_TOKENS, names_prompt, prompt_items, prompt_text
     from edgeasr.asr.tokenizer import Tokenizer
-    from edgeasr.asr.vocabulary import PROMPT_TOKENS, names_prompt, prompt_items, prompt_text
     from edgeasr.bundle import load_bundle
 
     tokenizer = Tokenizer(load_bundle(tiny_default_bundle))
@@ -149,7 +149,7 @@ def test_a_home_sentence_the_text_could_not_be_a_mishearing_of_is_never_taken(ti
     (a recorded clip of dev-commands came within 0.87 nats per token). Nor is a sentence of fewer
     than half or more than twice the words heard: a one-word command misheard as two is put
     right."""
-    from edgeasr.asr.mishearing import misheard_as
+    from edgeasr.asr.commands.mishearing import misheard_as
 
     assert not misheard_as("What time is it?", "What time is it in Denver?")
     assert not misheard_as("our lutron shades,", "Our Lutron Shades open attic.")
@@ -167,7 +167,7 @@ def test_a_name_heard_as_a_near_name_is_put_right_with_a_wider_margin(tiny, spea
     as "Start the row burah.", and the home's sentence is ~1.1 nats a token less likely than
     that, beyond COMMAND_MARGIN. It differs only in the name, whose letters the text nearly
     spells, so NAME_MARGIN applies (Home Assistant matches near-miss names on text alike)."""
-    from edgeasr.asr.mishearing import names_misheard
+    from edgeasr.asr.commands.mishearing import names_misheard
 
     names = ["Roborock", "Bose Soundbar", "Schlage Latch", "Living Room"]
     assert names_misheard("Start the Roborock.", "Start the row burah.", names)
@@ -186,7 +186,7 @@ def test_a_name_alone_is_taken_only_for_a_text_that_spells_it():
     """A name said alone turns it on in Home Assistant; with the names as the prompt the decoder
     finds one likely for any word heard unclearly ("pause" heard as "Ours.": "Bose Soundbar,"
     came within the margin). With no word of the text to agree with, only its letters can."""
-    from edgeasr.asr.mishearing import names_alone_unlike, names_unlike
+    from edgeasr.asr.commands.mishearing import names_alone_unlike, names_unlike
 
     names = ["Bose Soundbar", "Roborock", "Living Room"]
     assert names_alone_unlike("Bose Soundbar,", "Ours.", names)
@@ -218,7 +218,7 @@ def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
     finishes written several ways ("Our Lutron Shades," and "our lutron shades.") is one: those
     ways filled the beam before "are ..." was reached."""
     held = load_home(HELD_OUT)
-    search = tiny.sessions.hearing.search_for(sentences_for(held, "en").graph())
+    search = tiny.sessions.command_hearing.search_for(sentences_for(held, "en").graph())
     for rate in (1.15, 1.3):
         audio = said(speakers, "are Lutron Shades open attic", Voice("piper", "en_US-joe-medium", rate, 0.0))
         heard = tiny.transcribe(audio, vocabulary=held)
@@ -231,7 +231,7 @@ def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
 
 
 def test_the_search_drops_only_hypotheses_that_cannot_or_hopelessly_reach_the_bar():
-    from edgeasr.asr.grammar import HOPELESS, HOPELESS_AFTER, _goes_on
+    from edgeasr.asr.commands.grammar import HOPELESS, HOPELESS_AFTER, _goes_on
 
     bar, most = -1.0, 20
     assert _goes_on(-2.0 * (HOPELESS_AFTER + 1), HOPELESS_AFTER + 1, most, bar)  # behind, may yet reach it
@@ -249,7 +249,7 @@ def test_the_search_writes_the_home_sentences_as_the_decoder_does(tiny):
     number are not known apart from a word of their own."""
     for path in (HOME, HELD_OUT):
         sentences = sentences_for(load_home(path), "en")
-        search = tiny.sessions.hearing.search_for(sentences.graph())
+        search = tiny.sessions.command_hearing.search_for(sentences.graph())
         sampled = [text for text, _ in sentences.sample(random.Random(3), 300) if not re.search(r"\dk\b", text)]
         written = [" " + text[:1].upper() + text[1:] + "." for text in sampled]
         assert any(re.search(r"\d\.\d", w) for w in written) and any(w.endswith("%.") for w in written)
@@ -272,8 +272,8 @@ def test_each_means_of_hearing_a_vocabulary_can_be_measured_alone(tiny, speakers
     home = load_home(HOME)
     audio = said(speakers, "pause the timer")
     plain = tiny.transcribe(audio)
-    assert tiny.variant(replace(tiny.options, hearing=frozenset())).transcribe(audio, vocabulary=home).text == plain.text
-    heard = tiny.variant(replace(tiny.options, hearing=frozenset({"grammar"}))).transcribe(audio, vocabulary=home)
+    assert tiny.variant(replace(tiny.options, vocabulary_means=frozenset())).transcribe(audio, vocabulary=home).text == plain.text
+    heard = tiny.variant(replace(tiny.options, vocabulary_means=frozenset({"grammar"}))).transcribe(audio, vocabulary=home)
     assert heard.intent is not None and heard.intent.name == "HassPauseTimer", heard
 
 
@@ -357,7 +357,7 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
     search one hypothesis at a time finds."""
     engine = make_engine(tiny_bundle)
     assert engine.sessions.batch() is not None
-    search = engine.sessions.hearing.search_for(sentences_for(load_home(HOME), "en").graph())
+    search = engine.sessions.command_hearing.search_for(sentences_for(load_home(HOME), "en").graph())
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, engine.spec)
     encoded, options = engine.encoder.encode(mel), replace(engine.options.decoding, language="en")
@@ -379,7 +379,7 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
 def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
     """The places in the graph the search has been are cached (GrammarSearch.max_places each):
     with a cache too small for one search, it finds the same sentence."""
-    from edgeasr.asr.grammar import GrammarSearch
+    from edgeasr.asr.commands.grammar import GrammarSearch
 
     graph = sentences_for(load_home(HOME), "en").graph()
     tok = tiny.sessions.tokenizer

@@ -325,8 +325,7 @@ def test_every_live_engine_key_changes_the_running_engine():
     import types
 
     from edgeasr.asr.decoding import DecodingOptions
-    from edgeasr.asr.engine import live_options
-    from edgeasr.asr.engine_options import EngineOptions
+    from edgeasr.asr.engine import EngineOptions, live_options
 
     values = {"model.language": "de", "model.task": "translate", "decoder.preset": "conservative",
               "decoder.encoder_padding": 1000, "decoder.repetition_penalty": 1.4, "decoder.eos_threshold": 0.9,

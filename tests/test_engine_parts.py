@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from edgeasr.asr.decoding import DecodingOptions
-from edgeasr.asr.engine_options import EngineOptions, Fallback
+from edgeasr.asr.engine import EngineOptions, Fallback
 from edgeasr.asr.features import MelSpec
-from edgeasr.asr.seams import repeats_the_end
+from edgeasr.asr.text.seams import repeats_the_end
 from edgeasr.asr.windows import MIN_ADVANCE_S, WindowWalker
 from edgeasr.errors import ConfigError
 
@@ -56,9 +56,8 @@ def test_the_last_window_is_complete_only_when_the_audio_is_final():
 
 def test_the_walker_hears_speech_only_with_a_vad():
     audio = np.zeros(4 * SR, np.float32)
-    window = WindowWalker(SPEC).window(audio, 0, final=True)
-    assert WindowWalker(SPEC).speech(window) is None
-    speech = WindowWalker(SPEC, PauseAt(None)).speech(window)
+    assert WindowWalker(SPEC).window(audio, 0, final=True).speech is None
+    speech = WindowWalker(SPEC, PauseAt(None)).window(audio, 0, final=True).speech
     assert speech is not None and speech.is_spoken(1.0, 2.0)
 
 

@@ -23,7 +23,7 @@ from conftest import make_engine
 from hailo_fixtures import FakeTime
 
 from edgeasr.asr.encoder import create_encoder
-from edgeasr.asr.sessions import EngineSessions
+from edgeasr.asr.engine import EngineSessions
 from edgeasr.asr.supervision import FAILED, OK, RECOVERING, EncoderFailedError
 from edgeasr.asr.transcriber import Transcriber
 from edgeasr.audio.files import load_audio

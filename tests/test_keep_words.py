@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import SHARED, make_engine, normalize
 
-from edgeasr.asr.pieces import Piece, find_loop
+from edgeasr.asr.text.pieces import Piece, find_loop
 from edgeasr.audio.files import load_audio
 from edgeasr.evaluation.ablation import HIT, INSERTED, compare
 from edgeasr.evaluation.command_phrases import FRENCH_SHORT, GERMAN_SHORT

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgeasr.asr.decoding import logprob_of_max
 from edgeasr.asr.logits import (
     EosBoost,
     RepetitionPenalty,
     SuppressBlank,
     SuppressTokens,
     TimestampRules,
-    logprob_of_max,
 )
 from edgeasr.bundle import Tokens
 

@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 from edgeasr.asr.decoding import DecodingOptions
-from edgeasr.asr.engine_options import EngineOptions
+from edgeasr.asr.engine import EngineOptions
 from edgeasr.config import load_config
 from edgeasr.daemon import Daemon, Outputs
 from edgeasr.home.source import VocabularySource

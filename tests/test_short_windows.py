@@ -37,7 +37,7 @@ def test_a_short_window_gives_the_full_windows_text(tiny_bundle, dev_dir, dev_ma
     from conftest import make_engine
 
     from edgeasr.asr.decoding import DecoderSession
-    from edgeasr.asr.sessions import EngineSessions
+    from edgeasr.asr.engine import EngineSessions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.files import load_audio
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeasr.asr.cleanup import drop_unpaired_quotes, join_bare_punctuation, tidy, unpaired_quotes
-from edgeasr.asr.pieces import Piece, find_loop, trim_repeats
-from edgeasr.asr.spoken import SpeechMap, silent, stock_phrase, stock_phrase_unspoken
+from edgeasr.asr.text.cleanup import drop_unpaired_quotes, join_bare_punctuation, tidy, unpaired_quotes
+from edgeasr.asr.text.pieces import Piece, find_loop, trim_repeats
+from edgeasr.asr.text.spoken import SpeechMap, silent, stock_phrase, stock_phrase_unspoken
 from edgeasr.audio.files import load_audio
 from edgeasr.audio.segmenter import PauseFinder
 from edgeasr.config import VadOptions

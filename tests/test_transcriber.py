@@ -10,9 +10,9 @@ import pytest
 from conftest import make_engine, normalize, wer
 
 from edgeasr.asr.decoding import WindowResult
-from edgeasr.asr.engine_options import EngineOptions, Fallback
+from edgeasr.asr.engine import EngineOptions, Fallback
 from edgeasr.asr.gates import LowConfidence
-from edgeasr.asr.kept_pieces import KeptPieces
+from edgeasr.asr.text.kept_pieces import KeptPieces
 from edgeasr.asr.transcriber import Transcriber
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle

@@ -12,6 +12,7 @@ and `score_texts` read given texts against a window.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -20,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from edgeasr.asr import logits as rules
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import SCORE_ROLE, SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
@@ -28,6 +28,26 @@ from edgeasr.errors import ConfigError, ModelError
 
 # how long the step's threads stay awake after a run, for the next token's (microseconds)
 STEP_SPIN_US = 1000
+
+
+def logsumexp(x: np.ndarray) -> float:
+    m = np.max(x)
+    return float(m + np.log(np.sum(np.exp(x - m)))) if np.isfinite(m) else float(m)
+
+
+def logsumexp_rows(x: np.ndarray) -> np.ndarray:
+    """logsumexp of each row of x [n, V] (finite)."""
+    m = x.max(axis=1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+
+
+def logprob_of_max(x: np.ndarray, index: int, scratch: np.ndarray) -> float:
+    """log-softmax at `index`, the position of x's maximum (the greedy pick): -log sum
+    exp(x - max), worked out in `scratch` (an array like x). The argmax already found the
+    maximum, and no temporaries are made (measured: 59 -> 46 us per token)."""
+    np.subtract(x, x[index], out=scratch)
+    np.exp(scratch, out=scratch)
+    return -math.log(float(scratch.sum()))
 
 
 @dataclass(frozen=True)
@@ -297,35 +317,36 @@ def _detect_language(logits: np.ndarray, bundle: Bundle) -> str:
     return codes[int(np.argmax(logits[ids]))]
 
 
+def start_sequence(bundle: Bundle, language: str | None, task: str = ModelConfig.task,
+                   prompt: Sequence[int] = (), timestamps: bool = True) -> list[int]:
+    """What every decoder feeds before the text (openai's sot_sequence): earlier text after
+    <|startofprev|>, if any; the start of transcript; for multilingual bundles the language
+    (None: not known yet, the sequence stops before it) and the task; without timestamps,
+    <|notimestamps|>."""
+    tok = bundle.tokens
+    sequence = [tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot]
+    if bundle.multilingual:
+        if language is None:
+            return sequence
+        if language not in tok.languages:
+            raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
+        sequence += [tok.languages[language], tok.translate if task == "translate" else tok.transcribe]
+    return sequence if timestamps else [*sequence, tok.no_timestamps]
+
+
 def feed_prompt(session: DecoderSession, options: DecodingOptions,
                 prompt: Sequence[int] = ()) -> tuple[np.ndarray, float, str]:
-    """Run a window's prompt (earlier text after <|startofprev|>, then start of transcript,
-    then language and task for multilingual bundles) through the session just started: the
-    first text token's logits, the no-speech probability and the language."""
+    """Run a window's start sequence (`start_sequence`) through the session just started: the
+    first text token's logits, the no-speech probability and the language. The no-speech
+    probability is read after the start of transcript, before the language and the task."""
     bundle, tok = session.bundle, session.bundle.tokens
-    logits = session.step(_start_of_transcript(bundle, prompt))
-    no_speech_prob = float(np.exp(logits[tok.no_speech] - rules.logsumexp(logits)))
+    logits = session.step(start_sequence(bundle, None, options.task, prompt))  # up to the start of transcript
+    no_speech_prob = float(np.exp(logits[tok.no_speech] - logsumexp(logits)))
     language = "en"
     if bundle.multilingual:
         language = options.language or _detect_language(logits, bundle)
-        logits = session.step([_language_token(bundle, language), _task_token(bundle, options)])
+        logits = session.step(start_sequence(bundle, language, options.task)[1:])  # the language and the task
     return logits, no_speech_prob, language
-
-
-def _start_of_transcript(bundle: Bundle, prompt: Sequence[int]) -> list[int]:
-    """Earlier text after <|startofprev|>, if any, then the start of transcript."""
-    tok = bundle.tokens
-    return [tok.sot_prev, *prompt, tok.sot] if prompt else [tok.sot]
-
-
-def _language_token(bundle: Bundle, language: str) -> int:
-    if language not in bundle.tokens.languages:
-        raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
-    return bundle.tokens.languages[language]
-
-
-def _task_token(bundle: Bundle, options: DecodingOptions) -> int:
-    return bundle.tokens.translate if options.task == "translate" else bundle.tokens.transcribe
 
 
 @dataclass(frozen=True)
@@ -351,9 +372,7 @@ def prime(session: DecoderSession, audio_features: np.ndarray, options: Decoding
         feed_prompt(session, options, prompt)
         start = []
     else:
-        start = _start_of_transcript(bundle, prompt)
-        if bundle.multilingual and language is not None:
-            start += [_language_token(bundle, language), _task_token(bundle, options)]
+        start = start_sequence(bundle, language, options.task, prompt)
     start.append(bundle.tokens.no_timestamps)
     every = session.every_logits([*start, *text], first=len(start) - 1, keep=True) if text else None
     if every is not None:
@@ -382,7 +401,7 @@ def score_texts(session: DecoderSession, primed: Primed, texts: Sequence[Sequenc
             continue
         sequence = [*text, eot]
         for i, token in enumerate(sequence):
-            total += float(logits[token]) - rules.logsumexp(logits)
+            total += float(logits[token]) - logsumexp(logits)
             if i + 1 < len(sequence):
                 logits = session.step([token])
         scores.append(total / len(sequence))
@@ -392,5 +411,5 @@ def score_texts(session: DecoderSession, primed: Primed, texts: Sequence[Sequenc
 def _mean_logprob(after: np.ndarray, text: Sequence[int], eot: int) -> float:
     """The mean log-probability of the text's tokens and the end of text, each read from its
     row of `after` (the logits before the text's first token, then after each of its tokens)."""
-    lp = after[np.arange(len(text) + 1), [*text, eot]] - rules.logsumexp_rows(after)
+    lp = after[np.arange(len(text) + 1), [*text, eot]] - logsumexp_rows(after)
     return float(lp.mean())

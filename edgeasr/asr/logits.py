@@ -1,4 +1,11 @@
-"""Logit rules, one small class each, applied in order before every greedy pick.
+"""The logit rules, one small class each, and their ordered list for a window.
+
+openai's DecodingTask keeps its rules in one list built once; so does `LogitRules` here: built
+once per window (`LogitRules.for_window`), the same list for the greedy pick, the fallback's
+samples and the beam. The rules that say which tokens may come (suppression, the timestamp
+rules) go first, then those that bias the choice (the names' boost, the repetition penalty, the
+end-of-text boost). A window's log-probabilities, which the quality gates judge, are the
+model's own after the first kind and before the second, whichever way the window is decoded.
 
 `logits` is the float32 vector for the next token (modified in place); `tokens` are the
 tokens generated so far in this window, after the prompt.
@@ -6,44 +13,76 @@ tokens generated so far in this window, after the prompt.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from edgeasr.bundle import Tokens
+from edgeasr.asr.decoding import DecodingOptions, logsumexp
+from edgeasr.bundle import Bundle, Tokens
 
 NEG_INF = -np.inf
+KEYTERM_CACHE = 8  # requests' names whose boost (a trie of their tokens) is kept
 
 
 class LogitFilter(Protocol):
     # a rule that biases the choice of a token (a boost, a penalty) rather than saying which
-    # tokens may come: the window's log-probabilities, which the quality gates judge, are the
-    # model's own before it
+    # tokens may come: the window's log-probabilities are the model's own before it
     biases: bool
 
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None: ...
 
 
-def logsumexp(x: np.ndarray) -> float:
-    m = np.max(x)
-    return float(m + np.log(np.sum(np.exp(x - m)))) if np.isfinite(m) else float(m)
+def suppressed_tokens(bundle: Bundle, timestamps: bool = True) -> list[int]:
+    """The tokens no decoder emits: the model's non-speech symbols, the special tokens, the
+    languages; without timestamps, every timestamp and <|notimestamps|> too."""
+    tok = bundle.tokens
+    ids = set(bundle.suppress_tokens) | {tok.translate, tok.transcribe, tok.sot, tok.sot_prev, tok.sot_lm,
+                                         tok.no_speech} | set(tok.languages.values())
+    if not timestamps:
+        ids |= {tok.no_timestamps, *range(tok.timestamp_begin, bundle.n_vocab)}
+    return sorted(ids)
 
 
-def logsumexp_rows(x: np.ndarray) -> np.ndarray:
-    """logsumexp of each row of x [n, V] (finite)."""
-    m = x.max(axis=1, keepdims=True)
-    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+class LogitRules:
+    """A window's rules in the order they apply. `apply` runs them on one row of logits and
+    returns the logits as the constraints left them (a copy, taken only when a rule that
+    biases then changes them), from which the token's log-probability is read; None when no
+    rule biases: the row itself is the model's own then."""
 
+    def __init__(self, rules: Sequence[LogitFilter]) -> None:
+        self.rules = tuple(rules)
+        if any(a.biases and not b.biases for a, b in zip(self.rules, self.rules[1:])):
+            raise ValueError("a rule that says which tokens may come follows one that biases")
+        self.biased = any(r.biases for r in self.rules)
 
-def logprob_of_max(x: np.ndarray, index: int, scratch: np.ndarray) -> float:
-    """log-softmax at `index`, the position of x's maximum (the greedy pick): -log sum
-    exp(x - max), worked out in `scratch` (an array like x). The argmax already found the
-    maximum, and no temporaries are made (measured: 59 -> 46 us per token)."""
-    np.subtract(x, x[index], out=scratch)
-    np.exp(scratch, out=scratch)
-    return -math.log(float(scratch.sum()))
+    @classmethod
+    def for_window(cls, bundle: Bundle, options: DecodingOptions, window_s: float) -> LogitRules:
+        """The rules of a window whose speech lasts `window_s`, decoded with `options`."""
+        tok, per_pos = bundle.tokens, bundle.audio.seconds_per_position
+        rules: list[LogitFilter] = [
+            SuppressTokens(suppressed_tokens(bundle)),
+            SuppressBlank(tok.blank, tok.eot),
+            TimestampRules(tok, round(options.max_initial_timestamp_s / per_pos), round(window_s / per_pos)),
+        ]
+        if options.keyterms and options.keyterm_boost:
+            # first of the biases: a boost weighs text against text, never forces out a timestamp
+            rules.append(keyterm_boost(options.keyterms, options.keyterm_boost, tok.eot))
+        if options.repetition_penalty != 1.0:
+            rules.append(RepetitionPenalty(options.repetition_penalty, options.repetition_window, tok.eot))
+        if options.eos_threshold is not None:
+            rules.append(EosBoost(tok.eot, options.eos_threshold))
+        return cls(rules)
+
+    def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> np.ndarray | None:
+        own = None
+        for rule in self.rules:
+            if rule.biases and own is None:
+                own = logits.copy()
+            rule.apply(logits, tokens)
+        return own
 
 
 class SuppressTokens:
@@ -146,6 +185,12 @@ class EosBoost:
             keep = logits[self.eot]
             logits[:] = NEG_INF
             logits[self.eot] = keep
+
+
+@functools.lru_cache(maxsize=KEYTERM_CACHE)
+def keyterm_boost(terms: tuple[tuple[int, ...], ...], boost: float, first_special: int) -> KeytermBoost:
+    """The boost of a request's names and terms, its trie built once for every window of them."""
+    return KeytermBoost(terms, boost, first_special)
 
 
 class KeytermBoost:

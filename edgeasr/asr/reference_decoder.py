@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeasr.asr import logits as rules
-from edgeasr.asr.decoding import TableRows
+from edgeasr.asr.decoding import TableRows, start_sequence
 from edgeasr.asr.encoder import ort_session
 from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig
-from edgeasr.errors import ConfigError, ModelError
+from edgeasr.errors import ModelError
 
 # The graph's contract (written by edgeasr.models.hailo_decoder).
 GRAPH_ROLE = "hailo_decoder"
@@ -67,24 +67,17 @@ class Counters:
 
 
 def prompt_tokens(bundle: Bundle, language: str = "en") -> list[int]:
-    """English-only: [sot, no_timestamps]; multilingual: [sot, language, transcribe, no_timestamps]."""
-    tok = bundle.tokens
-    if not bundle.multilingual:
-        return [tok.sot, tok.no_timestamps]
-    if language not in tok.languages:
-        raise ConfigError(f"model.language: {language!r} is not a language of {bundle.name}")
-    return [tok.sot, tok.languages[language], tok.transcribe, tok.no_timestamps]
+    """The start sequence without timestamps: English-only [sot, no_timestamps];
+    multilingual [sot, language, transcribe, no_timestamps]."""
+    return start_sequence(bundle, language, timestamps=False)
 
 
-def suppression_rules(bundle: Bundle) -> list:
+def suppression_rules(bundle: Bundle) -> list[rules.LogitFilter]:
     """The CPU decoder's suppression, without timestamps: non-speech and special tokens,
     every timestamp, and blank / end-of-text as the first token."""
     tok = bundle.tokens
-    suppress = set(bundle.suppress_tokens) | {tok.translate, tok.transcribe, tok.sot, tok.sot_prev,
-                                              tok.sot_lm, tok.no_speech, tok.no_timestamps}
-    suppress |= set(tok.languages.values())
-    suppress |= set(range(tok.timestamp_begin, bundle.n_vocab))
-    return [rules.SuppressTokens(sorted(suppress)), rules.SuppressBlank(tok.blank, tok.eot)]
+    return [rules.SuppressTokens(rules.suppressed_tokens(bundle, timestamps=False)),
+            rules.SuppressBlank(tok.blank, tok.eot)]
 
 
 class FullNpuReferenceDecoder:

@@ -1,11 +1,10 @@
 """Speech -> text: the engine walks the audio window by window and gathers each window's text.
 
-Its parts: the window walker cuts the windows (asr/windows.py); the window decoder decodes each
-one, with the temperature fallback and the quality gates (asr/window_decoder.py), keeping what
-the text rules keep (asr/kept_pieces.py); a window that goes on from earlier text loses the
-words it reads again across the seam (asr/seams.py), and its words are timed
-(asr/window_words.py). A final window heard with a vocabulary is then read as the home's
-command it says (asr/command_reader.py).
+One window's path, in order: the walk cuts it out of the audio (asr/windows.py), its log-mel
+(asr/features.py) goes through the encoder (asr/encoder.py, or the Hailo-8's), the window
+decoder (asr/window_decoder.py) decodes it and judges the text, and says where the next window
+starts; the engine only gathers the segments. A final window heard with a vocabulary is then
+read as the home's command it says (asr/commands/).
 
 A call can decode part of the audio (`max_windows`) and a later one carry on from its text
 (`prompt` = the earlier `Transcription.context`): the Wyoming sessions and the pipeline's
@@ -21,24 +20,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeasr.asr.cleanup import tidy
-from edgeasr.asr.command_reader import CommandReader, EncodedWindow, SentenceSource
-from edgeasr.asr.decoding import WindowResult
+from edgeasr.asr.commands.reader import CommandReader, EncodedWindow, SentenceSource
+from edgeasr.asr.commands.vocabulary import VOCABULARY_CACHE, keyterms
 from edgeasr.asr.encoder import Encoder
-from edgeasr.asr.engine_options import EngineOptions
+from edgeasr.asr.engine import EngineOptions, EngineSessions, engine_options, live_options, load_sessions
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
-from edgeasr.asr.gates import compression_ratio
-from edgeasr.asr.greedy import decode_window
-from edgeasr.asr.kept_pieces import KeptPieces
-from edgeasr.asr.pieces import Piece
-from edgeasr.asr.seams import SeamRepeats
-from edgeasr.asr.sessions import EngineSessions
-from edgeasr.asr.vocabulary import VOCABULARY_CACHE, keyterms
-from edgeasr.asr.window_decoder import WindowDecoder
-from edgeasr.asr.window_words import WindowWords
+from edgeasr.asr.text.cleanup import tidy
+from edgeasr.asr.window_decoder import Before, WindowDecoder, WindowText
 from edgeasr.asr.windows import PauseFinding, Window, WindowWalker
 from edgeasr.bundle import Bundle
-from edgeasr.stages import TextSegment, Transcription, Vocabulary, Word
+from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
+from edgeasr.stages import TextSegment, Transcription, Vocabulary
 
 NO_VOCABULARY = Vocabulary()
 
@@ -50,7 +42,7 @@ class _Walk:
     language: str | None  # None: detected in the first window, then kept
     context: list[int]  # text tokens kept so far (the prompt of the next window)
     keyterms: tuple[tuple[int, ...], ...]  # the vocabulary's names and terms, tokenized
-    continues: bool  # the audio goes on from a call before (a prompt was given)
+    prompted: bool  # the audio goes on from a call before (a prompt was given)
     before: int = 0  # tokens of `context` said before this call (the prompt)
     last: EncodedWindow | None = None
     # the first window when it held all the audio: a command whose decoding went on in a second
@@ -66,6 +58,26 @@ class _Walk:
     steps: int = 0
     timings: dict[str, float] = field(default_factory=lambda: {"features": 0.0, "encoder": 0.0, "decoder": 0.0})
 
+    def before_window(self) -> Before:
+        return Before(self.context, self.language, self.keyterms, self.prompted, bool(self.segments))
+
+    def add(self, text: WindowText) -> None:
+        """A window's text joins the transcription; the next window starts after what it accounts for."""
+        result = text.result
+        self.segments += text.segments
+        self.context += text.tokens
+        self.seek += text.advance
+        self.language = result.language
+        self.windows += 1
+        self.tokens += len(result.tokens)
+        self.runaway += int(result.hit_cap)
+        self.doubtful += int(text.doubtful)
+        self.dropped += int(text.dropped)
+        self.steps += text.decoder_steps
+        self.timings["decoder"] += text.decoder_ms
+        if text.words_ms:
+            self.timings["words"] = self.timings.get("words", 0.0) + text.words_ms
+
 
 class Transcriber:
     """The engine (stages.Engine), built whole from its options on loaded sessions. `pauses`
@@ -76,18 +88,12 @@ class Transcriber:
                  sentences: SentenceSource | None = None, gate_failures: dict[str, int] | None = None) -> None:
         self.sessions, self.options, self.pauses, self.sentences = sessions, options, pauses, sentences
         self.gate_failures: dict[str, int] = gate_failures if gate_failures is not None else {}
-        s = sessions
-        judge = s.aligner if options.words or options.judge_words else None
-        strategy = s.beam(options.beam_size) if options.beam_size > 1 else decode_window
-        kept = KeptPieces(s.bundle, s.tokenizer, options.gates, options.guards, options.decoding.task, judge)
+        s, means = sessions, options.vocabulary_means
         self.walker = WindowWalker(s.spec, pauses)
-        self.window_decoder = WindowDecoder(s, strategy, kept, options, self.gate_failures)
-        self.seams = SeamRepeats(s.tokenizer)
-        self.words = WindowWords(s.tokenizer, s.spec.sample_rate, options.decoding.task,
-                                 s.aligner() if options.words else None, judge)
-        self.commands = (CommandReader(s.hearing, sentences, s.tokenizer, options.decoding, s.max_prompt,
-                                       prompt="prompt" in options.hearing, batch=s.batch)
-                         if sentences is not None and "grammar" in options.hearing else None)
+        self.window_decoder = WindowDecoder(s, options, self.gate_failures)
+        self.commands = (CommandReader(s.command_hearing, sentences, s.tokenizer, options.decoding, s.max_prompt,
+                                       prompt="prompt" in means, batch=s.batch)
+                         if sentences is not None and "grammar" in means else None)
         self._keyterms = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
             lambda vocabulary: keyterms(vocabulary, s.tokenizer.encode))
         self._built = True
@@ -124,21 +130,24 @@ class Transcriber:
         """audio: float32 mono at the bundle's rate. The other arguments are stages.Engine's.
         language: this request's (multilingual bundles), else model.language's. features: the
         log-mel of `audio` computed while it arrived (feature_stream()), used when it fits one
-        window. vocabulary: the home's names and terms (asr/vocabulary.py)."""
+        window. vocabulary: the home's names and terms (asr/commands/vocabulary.py)."""
         audio = np.asarray(audio, dtype=np.float32)
         if language is None or not self.bundle.multilingual:
             language = self.options.decoding.language
-        walk = _Walk(language=language, context=list(prompt), continues=bool(prompt), before=len(prompt),
-                     keyterms=self._keyterms(vocabulary) if "boost" in self.options.hearing else ())
+        walk = _Walk(language=language, context=list(prompt), prompted=bool(prompt), before=len(prompt),
+                     keyterms=self._keyterms(vocabulary) if "boost" in self.options.vocabulary_means else ())
         while self.walker.words_left(audio, walk.seek):
             if max_windows is not None and walk.windows >= max_windows:
                 final = False  # audio is left: it is not consumed
                 break
             window = self.walker.window(audio, walk.seek, final)
             whole = window.seek == 0 and len(window.audio) == len(audio)
-            self._transcribe_window(window, walk, features if whole else None, should_stop)
+            encoded = self._encode(window, features if whole else None, walk)
+            walk.add(self.window_decoder.decode(window, encoded.features, encoded.silence, walk.before_window(),
+                                                should_stop))
+            walk.last = encoded
             if whole:
-                walk.whole = walk.last
+                walk.whole = encoded
             if not final and not window.more:
                 break
         if final:
@@ -149,58 +158,15 @@ class Transcriber:
             result = self.commands.read(result, read, vocabulary, walk.context[: walk.before])
         return result
 
-    def _transcribe_window(self, window: Window, walk: _Walk, features: np.ndarray | None,
-                           should_stop: Callable[[], bool] | None) -> None:
-        """Encode and decode one window; its kept segments and tokens join `walk`."""
-        chunk, sr = window.audio, self.spec.sample_rate
+    def _encode(self, window: Window, features: np.ndarray | None, walk: _Walk) -> EncodedWindow:
+        """A window's encoder output and silence level (its log-mel: `features`, else computed)."""
         t0 = time.monotonic()
-        mel = features if features is not None else log_mel(chunk, self.spec)
+        mel = features if features is not None else log_mel(window.audio, self.spec)
         t1 = time.monotonic()
         encoded = self.encoder.encode(mel)
         walk.timings["features"] += (t1 - t0) * 1e3
         walk.timings["encoder"] += (time.monotonic() - t1) * 1e3
-        silence = silence_level(mel)
-        earlier = walk.context[-self.sessions.max_prompt:] if self.options.decoding.condition_on_previous_text else []
-        decoded = self.window_decoder.decode(encoded, silence, chunk, window.complete, earlier, walk.language,
-                                             self.walker.speech(window), should_stop, more=window.more,
-                                             keyterms=walk.keyterms, follows=walk.continues or bool(walk.segments))
-        result = decoded.result
-        walk.timings["decoder"] += decoded.decoder_ms
-        walk.steps += decoded.decoder_steps
-        walk.windows += 1
-        walk.tokens += len(result.tokens)
-        walk.runaway += int(result.hit_cap)
-        walk.doubtful += int(decoded.doubtful)
-        walk.language = result.language
-        pieces = decoded.pieces
-        if decoded.failed_gate is not None:
-            walk.dropped += 1
-            pieces = []
-        offset = window.seek / sr
-        if self.options.guards.repeats:
-            pieces = self.seams.without_repeat(pieces, walk.context)
-        pieces, words = self.words.words(pieces, chunk, result, offset, walk.timings, window.complete,
-                                         continues=window.seek > 0 or walk.continues)
-        for p, piece_words in zip(pieces, words):
-            segment = self._segment(p, piece_words, offset, len(chunk), result)
-            if segment is not None:
-                walk.segments.append(segment)
-                walk.context += p.tokens
-        walk.seek += decoded.advance
-        walk.last = EncodedWindow(encoded, silence)
-
-    def _segment(self, piece: Piece, words: tuple[Word, ...], offset: float, n_samples: int,
-                 result: WindowResult) -> TextSegment | None:
-        text = self.sessions.tokenizer.decode(piece.tokens)
-        if not text.strip():
-            return None
-        start, end = offset + piece.start, offset + (piece.end if piece.end is not None else n_samples / self.spec.sample_rate)
-        if words:  # a closing timestamp can come seconds early ("... yolks of four eggs.<7.00>" for 8.9 s)
-            start, end = min(start, words[0].start), max(end, words[-1].end)
-        return TextSegment(start=round(start, 3), end=round(end, 3), text=text,
-                           tokens=tuple(piece.tokens), avg_logprob=float(np.mean(piece.logprobs)),
-                           no_speech_prob=result.no_speech_prob, compression_ratio=compression_ratio(text),
-                           words=words)
+        return EncodedWindow(encoded, silence_level(mel))
 
     def _transcription(self, walk: _Walk, complete: bool) -> Transcription:
         segments = tidy(walk.segments, complete=complete)
@@ -209,3 +175,20 @@ class Transcriber:
                              consumed_samples=walk.seek, dropped_windows=walk.dropped,
                              doubtful_windows=walk.doubtful, runaway_windows=walk.runaway, decoder_steps=walk.steps,
                              timings_ms=walk.timings, context=tuple(walk.context[-self.sessions.max_prompt:]))
+
+
+def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig, decoder: DecoderConfig,
+                 pauses: PauseFinding | None = None, words: bool = False,
+                 sentences: SentenceSource | None = None) -> Transcriber:
+    """The engine for these settings. `pauses` finds where a window of long audio can end in a
+    pause (the segmenter's rule), None to cut long audio at timestamps only. `words`: word
+    timestamps in the segments (output.words). `sentences`: the home's sentences the final
+    text is read as commands with (None: it is not). Where long audio is cut and the home's
+    sentences are the caller's: this package depends on neither the audio side nor the home."""
+    return Transcriber(load_sessions(bundle, encoder, decoder), engine_options(model, decoder, bundle, words),
+                       pauses, sentences)
+
+
+def reconfigured(engine: Transcriber, model: ModelConfig, decoder: DecoderConfig) -> Transcriber:
+    """The engine with the settings a running daemon can change (SIGHUP), on the same sessions."""
+    return engine.variant(live_options(engine.options, model, decoder, engine.bundle))

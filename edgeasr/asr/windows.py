@@ -13,10 +13,8 @@ from typing import Protocol
 import numpy as np
 
 from edgeasr.asr.features import MelSpec
-from edgeasr.asr.spoken import SpeechMap
-
-MIN_WINDOW_S = 0.1  # a shorter remainder holds no word
-MIN_ADVANCE_S = 1.0  # a window that would seek less than this is taken whole (no stalls)
+from edgeasr.asr.text.pieces import MIN_ADVANCE_S, MIN_WINDOW_S
+from edgeasr.asr.text.spoken import SpeechMap
 
 
 class PauseFinding(Protocol):
@@ -40,6 +38,7 @@ class Window:
     seek: int  # its first sample in the audio
     complete: bool  # the speech ends in it: an open tail is complete too
     more: bool  # audio follows it (a looped phrase can be decoded again in the next one)
+    speech: SpeechMap | None  # the VAD's verdict on its frames (None without a VAD)
 
 
 class WindowWalker:
@@ -63,10 +62,5 @@ class WindowWalker:
             cut = self.pauses.find(chunk)
             if cut is not None and cut >= MIN_ADVANCE_S * sr:
                 chunk, complete = chunk[:cut], True
-        return Window(chunk, seek, complete, more)
-
-    def speech(self, window: Window) -> SpeechMap | None:
-        """The VAD's verdict on the window's frames (None without a VAD)."""
-        if self.pauses is None:
-            return None
-        return SpeechMap(self.pauses.speech(window.audio), self.pauses.frame_s)
+        speech = SpeechMap(self.pauses.speech(chunk), self.pauses.frame_s) if self.pauses is not None else None
+        return Window(chunk, seek, complete, more, speech)

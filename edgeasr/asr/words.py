@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from edgeasr.asr import alignment
-from edgeasr.asr.decoding import DecoderSession
+from edgeasr.asr.decoding import DecoderSession, start_sequence
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.bundle import ALIGN_ROLE, Bundle
@@ -50,11 +50,8 @@ class WordAligner:
         self.tokenizer = Tokenizer(bundle)
 
     def prompt(self, language: str, task: str) -> list[int]:
-        """The start-of-transcript sequence, as decode_window feeds it."""
-        tok = self.bundle.tokens
-        if not self.bundle.multilingual:
-            return [tok.sot]
-        return [tok.sot, tok.languages[language], tok.translate if task == "translate" else tok.transcribe]
+        """The start of transcript, language and task, as the decoder reads them (no earlier text)."""
+        return start_sequence(self.bundle, language, task)
 
     def scores(self, sequence: list[int]) -> np.ndarray:
         """The alignment heads' cross-attention scores [heads, len(sequence), T] for the

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from edgeasr.asr.vocabulary import MEANS
+from edgeasr.asr.commands.vocabulary import MEANS
 from edgeasr.config import DecoderConfig
 from edgeasr.evaluation.voice_commands import MEANS_ROW, ROWS, row_title
 

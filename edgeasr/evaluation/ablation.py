@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from edgeasr.evaluation.scoring import Scorer, Utterance
 
 if TYPE_CHECKING:
-    from edgeasr.asr.engine_options import EngineOptions
+    from edgeasr.asr.engine import EngineOptions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.config import Config
 
@@ -155,8 +155,7 @@ def markdown(results: dict[str, Removed]) -> str:
 
 def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
     """The table for the configured bundle as the daemon builds its engine (the CPU encoder)."""
-    from edgeasr.asr.engine import engine_options, load_sessions
-    from edgeasr.asr.sessions import EngineSessions
+    from edgeasr.asr.engine import EngineSessions, engine_options, load_sessions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.evaluation.calibration import CachedEncoder

@@ -28,10 +28,8 @@ ROWS = {
 def _engine_row(bundle, args, row: str):
     from edgeasr.asr.decoding import DecoderSession
     from edgeasr.asr.encoder import OnnxEncoder
-    from edgeasr.asr.engine import build_engine, decoding_options
-    from edgeasr.asr.engine_options import EngineOptions
-    from edgeasr.asr.sessions import EngineSessions
-    from edgeasr.asr.transcriber import Transcriber
+    from edgeasr.asr.engine import EngineOptions, EngineSessions, decoding_options
+    from edgeasr.asr.transcriber import Transcriber, build_engine
     from edgeasr.audio.segmenter import PauseFinder
 
     backend = "hailo" if row == "hybrid-hailo" else "onnx"

@@ -117,9 +117,7 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
     return the manifest's `decoding` section (values, scores, the cross-validation table)."""
     from edgeasr.asr.decoding import DecoderSession, preset_options
     from edgeasr.asr.encoder import OnnxEncoder
-    from edgeasr.asr.engine import gates, single_threaded_blas
-    from edgeasr.asr.engine_options import EngineOptions
-    from edgeasr.asr.sessions import EngineSessions
+    from edgeasr.asr.engine import EngineOptions, EngineSessions, gates, single_threaded_blas
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.config import DecoderConfig, VadOptions

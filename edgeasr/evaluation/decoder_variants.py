@@ -38,7 +38,7 @@ def _scores(references: list[str], hypotheses: list[str]) -> tuple[float, float]
 
 
 def run(args) -> dict:
-    from edgeasr.asr.engine import build_engine
+    from edgeasr.asr.transcriber import build_engine
     from edgeasr.audio.files import load_audio
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.models.default import open_bundle

@@ -19,7 +19,7 @@ def run(args) -> dict:
     """Every stream condition through every detector setting: the report."""
     import numpy as np
 
-    from edgeasr.asr.engine import build_engine
+    from edgeasr.asr.transcriber import build_engine
     from edgeasr.audio.segmenter import PauseFinder
     from edgeasr.commands.common import load
     from edgeasr.evaluation.scoring import normalizer, read_pool

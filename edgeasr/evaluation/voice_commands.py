@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgeasr.asr.vocabulary import MEANS
+from edgeasr.asr.commands.vocabulary import MEANS
 from edgeasr.errors import UsageError
 from edgeasr.evaluation.runs import faster_whisper, row_config
 from edgeasr.stages import Intent, Vocabulary
@@ -152,7 +152,7 @@ def read_items(set_dirs: list[Path], homes: list[Path]) -> list[Item]:
 
 def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray, Home], str]]:
     """Each row's function (audio, home) -> text."""
-    from edgeasr.asr.vocabulary import prompt_text
+    from edgeasr.asr.commands.vocabulary import prompt_text
     from edgeasr.daemon import engine_for
 
     cfg = row_config(args, {"encoder.backend": "onnx"})
@@ -164,7 +164,7 @@ def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray
     }
 
     def hearing_by(means: frozenset[str]) -> Callable[[np.ndarray, Home], str]:
-        heard = engine.variant(replace(engine.options, hearing=means))  # on the engine's sessions
+        heard = engine.variant(replace(engine.options, vocabulary_means=means))  # on the engine's sessions
         return lambda audio, home: heard.transcribe(audio, language=home.language, vocabulary=home.vocabulary).text
 
     runners.update({r: hearing_by(m) for r in rows if r not in runners and (m := means_of(r)) is not None})

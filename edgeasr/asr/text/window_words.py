@@ -9,14 +9,12 @@ the audio, are dropped.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import numpy as np
 
 from edgeasr.asr.decoding import WindowResult
-from edgeasr.asr.kept_pieces import EDGE_S, piece_end
-from edgeasr.asr.pieces import Piece
+from edgeasr.asr.text.pieces import EDGE_S, Piece, piece_end
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.stages import Word
@@ -33,25 +31,23 @@ class WindowWords:
         self.tokenizer, self.sample_rate, self.task = tokenizer, sample_rate, task
         self.aligner, self.judge = aligner, judge
 
-    def words(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult, offset: float,
-              timings: dict[str, float], complete: bool,
-              continues: bool = False) -> tuple[list[Piece], list[tuple[Word, ...]]]:
-        """Each kept piece's words, timed from the audio start (none without an aligner). The
-        last window of audio decoded in several (`continues`: windows or a call before it) may
-        hold the end of the speech only, and with little audio the decoder runs on: when its
-        text runs to the end of its audio, it loses the closing words with no audio under them."""
+    def words(self, pieces: list[Piece], chunk: np.ndarray, result: WindowResult, offset: float, complete: bool,
+              continues: bool = False) -> tuple[list[Piece], list[tuple[Word, ...]], bool]:
+        """Each kept piece's words, timed from the audio start (none without an aligner), and
+        whether the aligner ran. The last window of audio decoded in several (`continues`:
+        windows or a call before it) may hold the end of the speech only, and with little audio
+        the decoder runs on: when its text runs to the end of its audio, it loses the closing
+        words with no audio under them."""
         sr = self.sample_rate
         runs_to_end = (bool(pieces) and complete and continues
                        and piece_end(pieces[-1], chunk, sr) > len(chunk) / sr - EDGE_S)
         aligner = (self.judge() if self.judge is not None else None) if runs_to_end else self.aligner
         if aligner is None:
-            return pieces, [() for _ in pieces]
-        t0 = time.monotonic()
+            return pieces, [() for _ in pieces], False
         words = aligner.words(pieces, len(chunk), result.language, self.task, offset)
         if runs_to_end:
             pieces, words = self.drop_unspoken_tail(pieces, words, offset + len(chunk) / sr)
-        timings["words"] = timings.get("words", 0.0) + (time.monotonic() - t0) * 1e3
-        return pieces, words if self.aligner is not None else [() for _ in pieces]
+        return pieces, words if self.aligner is not None else [() for _ in pieces], True
 
     def drop_unspoken_tail(self, pieces: list[Piece], words: list[tuple[Word, ...]],
                            audio_end: float) -> tuple[list[Piece], list[tuple[Word, ...]]]:

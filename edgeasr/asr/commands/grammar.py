@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeasr.asr import logits as rules
 from edgeasr.asr.beam import BatchDecoderSession
-from edgeasr.asr.decoding import DecoderSession, Primed
+from edgeasr.asr.decoding import DecoderSession, Primed, logsumexp
 from edgeasr.stages import WordGraph
 
 # hypotheses kept at each step. Measured on both command sets (300), two engines taking turns,
@@ -148,7 +147,7 @@ class GrammarSearch:
         best = -np.inf  # the best mean of the finished sentences
         for _ in range(max_tokens):
             scored = [(total, h, token) for h in hypotheses
-                      for total, token in self._extensions(h.where, h.logits, rules.logsumexp(h.logits), h.total,
+                      for total, token in self._extensions(h.where, h.logits, logsumexp(h.logits), h.total,
                                                            beam + first_words)]
             scored.sort(key=lambda x: -x[0])
             hypotheses = []
@@ -174,7 +173,7 @@ class GrammarSearch:
         batch.begin()
         # tokens, total, where: hypothesis i is row i of `rows`
         alive: list[tuple[list[int], float, _Where]] = [([], 0.0, _Where(self._close(frozenset([self.graph.start]))))]
-        rows, norms = first[None], np.array([rules.logsumexp(first)])
+        rows, norms = first[None], np.array([logsumexp(first)])
         finished: dict[str, tuple[list[int], float]] = {}
         best = -np.inf
         for _ in range(max_tokens):

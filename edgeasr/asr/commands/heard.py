@@ -28,11 +28,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
-from edgeasr.asr.grammar import GrammarSearch
-from edgeasr.asr.mishearing import letters_likeness, misheard_as, names_alone_unlike, names_misheard, names_unlike
-from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.vocabulary import (
+from edgeasr.asr.commands.grammar import GrammarSearch
+from edgeasr.asr.commands.mishearing import (
+    letters_likeness,
+    misheard_as,
+    names_alone_unlike,
+    names_misheard,
+    names_unlike,
+)
+from edgeasr.asr.commands.vocabulary import (
     AMBIGUOUS,
     COMMAND_MARGIN,
     DOUBTFUL_LIKENESS,
@@ -43,6 +47,8 @@ from edgeasr.asr.vocabulary import (
     names_prompt,
     prompt_items,
 )
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
+from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.stages import Intent, Sentences, Vocabulary, WordGraph
 
 log = logging.getLogger(__name__)

@@ -15,25 +15,28 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgeasr.asr.decoding import WindowResult
-from edgeasr.asr.engine_options import Guards
+from edgeasr.asr.engine import Guards
 from edgeasr.asr.gates import Gate, NoSpeech, WindowStats, check, compression_ratio
-from edgeasr.asr.pieces import Piece, TokenTimes, find_loop, split_segments, trim_repeats
-from edgeasr.asr.spoken import SpeechMap, silent, stock_phrase_unspoken
+from edgeasr.asr.text.pieces import (
+    EDGE_S,
+    MIN_ADVANCE_S,
+    MIN_WINDOW_S,
+    Piece,
+    TokenTimes,
+    find_loop,
+    piece_end,
+    split_segments,
+    trim_repeats,
+)
+from edgeasr.asr.text.spoken import SpeechMap, silent, stock_phrase_unspoken
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.windows import MIN_ADVANCE_S, MIN_WINDOW_S
 from edgeasr.asr.words import WordAligner
 from edgeasr.bundle import Bundle
 
-EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
 MIN_S_PER_TOKEN = 0.05  # a closed segment shorter than this per token has bogus timestamps
 # the end of speech decoded again after text kept from the same audio, shorter than a second,
 # that the model calls likelier silence than speech: its text is made up
 SHORT_TAIL_NO_SPEECH = 0.5
-
-
-def piece_end(piece: Piece, chunk: np.ndarray, sample_rate: int) -> float:
-    """Where a piece ends in its window: its closing timestamp, or the window's end."""
-    return piece.end if piece.end is not None else len(chunk) / sample_rate
 
 
 class KeptPieces:

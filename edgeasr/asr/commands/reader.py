@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
-from edgeasr.asr.commands_heard import WITHHELD, CommandHearing
+from edgeasr.asr.commands.heard import WITHHELD, CommandHearing
+from edgeasr.asr.commands.vocabulary import unsure
 from edgeasr.asr.decoding import DecodingOptions
 from edgeasr.asr.gates import compression_ratio
 from edgeasr.asr.tokenizer import Tokenizer
-from edgeasr.asr.vocabulary import unsure
 from edgeasr.stages import Sentences, TextSegment, Transcription, Vocabulary
 
 log = logging.getLogger(__name__)

@@ -1,14 +1,21 @@
 """A window's decoded tokens cut into pieces at its timestamps, and where the pieces' text
 starts repeating itself (the decoder running on past the speech, or a speaker saying a phrase
-again: `spoken.repeat_is_spoken` tells them apart by the VAD)."""
+again: `spoken.repeat_is_spoken` tells them apart by the VAD). Also what the text rules and the
+window walk agree on about a window's edges."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from edgeasr.asr.decoding import WindowResult
-from edgeasr.asr.spoken import SpeechMap, repeat_is_spoken, said_again
+from edgeasr.asr.text.spoken import SpeechMap, repeat_is_spoken, said_again
+
+MIN_WINDOW_S = 0.1  # a shorter remainder of audio holds no word
+MIN_ADVANCE_S = 1.0  # a window that would seek less than this is taken whole (no stalls)
+EDGE_S = 0.5  # a segment "closed" this close to the edge of a cut window was closed by the edge
 
 
 @dataclass
@@ -19,6 +26,11 @@ class Piece:
     end: float | None  # None: no closing timestamp
     tokens: list[int]
     logprobs: list[float]
+
+
+def piece_end(piece: Piece, chunk: np.ndarray, sample_rate: int) -> float:
+    """Where a piece ends in its window: its closing timestamp, or the window's end."""
+    return piece.end if piece.end is not None else len(chunk) / sample_rate
 
 
 def split_segments(result: WindowResult, timestamp_begin: int, seconds_per_position: float) -> list[Piece]:

@@ -13,8 +13,7 @@ import difflib
 import logging
 from collections.abc import Sequence
 
-from edgeasr.asr.kept_pieces import EDGE_S
-from edgeasr.asr.pieces import Piece
+from edgeasr.asr.text.pieces import EDGE_S, Piece
 from edgeasr.asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
