@@ -15,7 +15,8 @@ While someone speaks into a live source:
   decode later; if speech resumes, the speculation is thrown away.
 
 A segment cut at the window limit while speech goes on leaves its unfinished tail to the next
-segment, which is decoded after it with the text before it as prompt (`_Carry`).
+segment, which is decoded after it with the text before it as prompt. The speculation and the
+carried text are edgeasr/continuation.py's, as the Wyoming sessions' are.
 
 Threads. Each piece of state has one owner, and what crosses goes inside a job, through the
 lane (whose lock orders the hand-off):
@@ -23,9 +24,10 @@ lane (whose lock orders the hand-off):
   ids (a job is handed the id it publishes under), when the next partial is due, the current
   speculation (it only cancels that job, never reads its result) and the last partial job
   offered (cancelled once its segment's final is queued);
-- the worker thread, in the jobs, owns the carried tail, a speculation's result (written by
-  its job, read by the final job after it) and `stats`, but `stats.speculations`, counted
-  when the capture thread starts one. The worker runs one job at a time: no lock.
+- the worker thread, in the jobs, owns the carried tail and the text before it (the
+  `Continuation`), a speculation's result (written by its job, read by the final job after
+  it) and `stats`, but `stats.speculations`, counted when the capture thread starts one. The
+  worker runs one job at a time: no lock.
 Others only read counters (`metrics`, any thread) or set flags (`request_stop`,
 `log_transcripts` on SIGHUP).
 """
@@ -45,8 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeasr.config import PipelineConfig
+from edgeasr.continuation import Continuation, Speculation, decode_until
 from edgeasr.errors import EdgeAsrError
-from edgeasr.speech_end import decode_until
 from edgeasr.stages import (
     SAMPLE_RATE,
     AudioSource,
@@ -92,32 +94,19 @@ class _Utterance:
 
 
 @dataclass(frozen=True)
-class _Carry:
+class _Tail:
     """The unfinished tail of a window cut in speech, decoded again with the next segment."""
 
     audio: np.ndarray  # float32
     segment: SpeechSegment  # where it lies in the stream
-    context: tuple[int, ...]  # the text before it (Transcription.context): the next call's prompt
-
-
-@dataclass(frozen=True)
-class _Decoded:
-    """A speculation's result, set by its job on the worker thread."""
-
-    result: Transcription
-    busy_s: float
-    samples: int  # the audio it read (with a carried tail): the final must read the same
 
 
 @dataclass
-class _Speculation:
-    """A decode of the open segment taken in a pause. The capture thread makes it and may
-    cancel its job; only the worker thread writes and reads `decoded`."""
+class _Speculating:
+    """The speculation taken in the open segment's pause, and which segment it is for."""
 
     seq: int
-    speech_frames: int  # the segment's speech when it was taken: more means it is stale
-    job: Job
-    decoded: _Decoded | None = None
+    speculation: Speculation
 
 
 class Pipeline:
@@ -149,13 +138,14 @@ class Pipeline:
         self._dropped_short = 0  # the segmenter's count, as last seen
         self._partial_due = 0.0
         self._partial_job: tuple[int, Job] | None = None  # the last partial offered, with its seq
-        self._speculation: _Speculation | None = None  # taken in the open segment's pause
+        self._speculating: _Speculating | None = None  # taken in the open segment's pause
         # the open segment's log-mel, computed as its audio arrives, so that a partial job
         # does not compute it again on the worker's thread
         self._features = worker.engine.feature_stream() if live and options.partial_interval_ms else None
         self._fed = 0  # samples of the open segment pushed into _features
         # worker thread
-        self._carry: _Carry | None = None
+        self.continuation = Continuation()
+        self._tail: _Tail | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def request_stop(self) -> None:
@@ -202,15 +192,16 @@ class Pipeline:
         if self._partial_job is not None and self._partial_job[0] <= segment.seq:
             self._partial_job[1].cancel()  # not run yet: the final says it all
             self._partial_job = None
-        speculation = self._speculation
+        speculating, speculation = self._speculating, None
         unfinished = segment.cut and not segment.cut_in_pause  # decoded as not final
-        if speculation is not None and (unfinished or speculation.seq != segment.seq
-                                        or speculation.speech_frames != segment.speech_frames):
-            log.debug("speculation for segment %d is stale (speech frames %d -> %d, cut %s)",
-                      speculation.seq, speculation.speech_frames, segment.speech_frames, segment.cut)
-            speculation.job.cancel()  # speech went on after it: stale
-            speculation = None
-        self._speculation = None
+        if speculating is not None:
+            speculation = speculating.speculation
+            if unfinished or speculating.seq != segment.seq or speculation.stale(segment.speech_frames):
+                log.debug("speculation for segment %d is stale (speech frames %d -> %d, cut %s)",
+                          speculating.seq, speculation.speech_frames, segment.speech_frames, segment.cut)
+                speculation.cancel()  # speech went on after it
+                speculation = None
+        self._speculating = None
         job = Job(lambda engine, should_stop: self._final(engine, segment, utterance, speculation),
                   segment.duration_s, failed=lambda exc: self._failed(segment, exc))
         self.lane.submit(job, stop=None if self.live else self.stop_event)
@@ -223,13 +214,13 @@ class Pipeline:
         self._track(open_segment)
         if open_segment is None:
             return
-        speculation = self._speculation
-        if speculation is not None and speculation.speech_frames != open_segment.speech_frames:
-            log.debug("speech resumed in segment %d: speculation dropped", speculation.seq)
-            speculation.job.cancel()  # speech resumed: that decode is worthless
-            self._speculation = speculation = None
+        speculating = self._speculating
+        if speculating is not None and speculating.speculation.stale(open_segment.speech_frames):
+            log.debug("speech resumed in segment %d: speculation dropped", speculating.seq)
+            speculating.speculation.cancel()  # speech resumed: that decode is worthless
+            self._speculating = speculating = None
         after = self.options.speculate_after_ms
-        if (after is not None and speculation is None and open_segment.speech_frames
+        if (after is not None and speculating is None and open_segment.speech_frames
                 and open_segment.silence_ms >= after):
             self._speculate(open_segment)
         if self._features is not None:
@@ -266,14 +257,12 @@ class Pipeline:
         self.lane.offer_partial(job)
 
     def _speculate(self, open_segment: OpenSegment) -> None:
-        audio = self._heard(open_segment.samples, open_segment.start_sample, open_segment.speech_end_sample).copy()
+        samples = self._heard(open_segment.samples, open_segment.start_sample, open_segment.speech_end_sample).copy()
         start_sample = open_segment.start_sample
-        vocabulary = self._utterance_id(open_segment.seq).vocabulary
-        speculation = _Speculation(open_segment.seq, open_segment.speech_frames, Job(lambda e, s: None, 0.0))
-        speculation.job = Job(lambda engine, should_stop: self._decode_speculation(engine, should_stop, speculation,
-                                                                                   audio, start_sample, vocabulary),
-                              len(audio) / SAMPLE_RATE)
-        self._speculation = speculation
+        speculation = Speculation(open_segment.speech_frames, self.continuation,
+                                  lambda: self._after_tail(samples, start_sample)[0], len(samples) / SAMPLE_RATE,
+                                  vocabulary=self._utterance_id(open_segment.seq).vocabulary)
+        self._speculating = _Speculating(open_segment.seq, speculation)
         self.stats.speculations += 1
         self.lane.submit(speculation.job, stop=None)
 
@@ -289,64 +278,54 @@ class Pipeline:
 
     def _heard(self, samples: np.ndarray, start_sample: int, speech_end_sample: int) -> np.ndarray:
         """What the decode of a segment ended by a pause reads: what a speculation taken in
-        that pause holds (speech_end.decode_until), so the transcript is the same text whether
+        that pause holds (continuation.decode_until), so the transcript is the same text whether
         the speculation was ready in time or not."""
         speech_end = speech_end_sample - start_sample if speech_end_sample else 0
         return samples[: decode_until(samples, speech_end, self.options.speculate_after_ms)]
 
     # ------------------------------------------------------------------ worker thread (jobs)
-    def _with_carry(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, tuple[int, ...], _Carry | None]:
-        """float32 audio, with the carried tail before it when it continues that tail; the
-        prompt to decode it with (the text before the tail); the tail prepended, if any."""
+    def _after_tail(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, _Tail | None]:
+        """float32 audio, with the carried tail before it when it continues that tail (the
+        continuation holds the text before the tail); the tail prepended, if any. A tail the
+        audio does not continue never will be (segments come in stream order: one between was
+        dropped): it is forgotten, and so is the text before it."""
         audio = samples.astype(np.float32) / INT16_SCALE
-        carry = self._carry
-        if carry is None or carry.segment.end_sample != start_sample:
-            return audio, (), None
-        return np.concatenate([carry.audio, audio]), carry.context, carry
-
-    def _decode_speculation(self, engine: Engine, should_stop: Callable[[], bool], speculation: _Speculation,
-                            samples: np.ndarray, start_sample: int, vocabulary: Vocabulary) -> None:
-        t0 = time.monotonic()
-        audio, prompt, _ = self._with_carry(samples, start_sample)
-        result = engine.transcribe(audio, final=True, should_stop=should_stop, prompt=prompt, vocabulary=vocabulary)
-        speculation.decoded = _Decoded(result, time.monotonic() - t0, len(audio))
+        tail = self._tail
+        if tail is not None and tail.segment.end_sample == start_sample:
+            return np.concatenate([tail.audio, audio]), tail
+        if tail is not None or self.continuation.context:  # nor is the text of a run whose decode failed
+            self._tail = None
+            self.continuation.end()
+        return audio, None
 
     def _final(self, engine: Engine, segment: SpeechSegment, utterance: _Utterance,
-               speculation: _Speculation | None) -> None:
+               speculation: Speculation | None) -> None:
         self.status("transcribing")
         samples = segment.samples if segment.cut else self._heard(segment.samples, segment.start_sample,
                                                                   segment.speech_end_sample)
-        audio, prompt, carry = self._with_carry(samples, segment.start_sample)
-        self._carry = None  # taken: a final consumes the tail it continues, or ends its run
-        if carry is not None:  # the transcript covers the tail too
-            segment = dataclasses.replace(segment, start_sample=carry.segment.start_sample,
-                                          start_utc=carry.segment.start_utc)
-        result, busy = self._final_result(engine, segment, audio, prompt, speculation, utterance.vocabulary)
+        audio, tail = self._after_tail(samples, segment.start_sample)
+        self._tail = None  # taken: a final consumes the tail it continues
+        if tail is not None:  # the transcript covers the tail too
+            segment = dataclasses.replace(segment, start_sample=tail.segment.start_sample,
+                                          start_utc=tail.segment.start_utc)
+        # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
+        decoded = self.continuation.decode(engine, audio, final=not segment.cut or segment.cut_in_pause,
+                                           speculation=speculation, vocabulary=utterance.vocabulary)
+        if decoded.speculated:
+            self.stats.speculation_hits += 1  # decoded during the hangover
+        else:
+            log.debug("segment %d decoded at its end (speculation: %s)", segment.seq,
+                      "none" if speculation is None else speculation.state)
+        result = decoded.result
         self.stats.segments += 1
         self.stats.audio_s += len(audio) / SAMPLE_RATE
-        self.stats.busy_s += busy
+        self.stats.busy_s += decoded.busy_s
         if segment.cut and result.consumed_samples < len(audio):
             segment = self._keep_tail(segment, audio, result)
-        self._publish(segment, utterance, result, busy, partial=False)
+        else:
+            self.continuation.end()
+        self._publish(segment, utterance, result, decoded.busy_s, partial=False)
         self.status("listening")
-
-    def _final_result(self, engine: Engine, segment: SpeechSegment, audio: np.ndarray, prompt: tuple[int, ...],
-                      speculation: _Speculation | None, vocabulary: Vocabulary) -> tuple[Transcription, float]:
-        """The speculation's result when it read the audio a decode now would, else a decode
-        now; and the engine time it took."""
-        if speculation is not None and speculation.decoded is not None and speculation.decoded.samples == len(audio):
-            self.stats.speculation_hits += 1  # decoded during the hangover
-            return speculation.decoded.result, speculation.decoded.busy_s
-        log.debug("segment %d decoded at its end (speculation: %s)", segment.seq,
-                  "none" if speculation is None else "not ready" if not speculation.job.cancelled.is_set()
-                  else "cancelled")
-        if speculation is not None:
-            speculation.job.cancel()
-        t0 = time.monotonic()
-        # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
-        result = engine.transcribe(audio, final=not segment.cut or segment.cut_in_pause, prompt=prompt,
-                                   vocabulary=vocabulary)
-        return result, time.monotonic() - t0
 
     def _keep_tail(self, segment: SpeechSegment, audio: np.ndarray, result: Transcription) -> SpeechSegment:
         """Carry the audio the result left unconsumed to the next (contiguous) segment; returns
@@ -354,17 +333,18 @@ class Pipeline:
         start = segment.start_sample + result.consumed_samples
         tail = dataclasses.replace(segment, start_sample=start,
                                    start_utc=segment.start_utc + _seconds(result.consumed_samples))
-        self._carry = _Carry(audio[result.consumed_samples :], tail, result.context)
+        self._tail = _Tail(audio[result.consumed_samples :], tail)
+        self.continuation.move_on(result)
         return dataclasses.replace(segment, end_sample=start, end_utc=tail.start_utc)
 
     def _partial(self, engine: Engine, should_stop: Callable[[], bool], open_segment: OpenSegment, utterance: _Utterance,
                  mel: np.ndarray | None) -> None:
-        t0 = time.monotonic()
-        audio, prompt, carry = self._with_carry(open_segment.samples, open_segment.start_sample)
-        if carry is not None:
-            mel = None  # a carried tail goes first: the features computed are not this audio's
-        result = engine.transcribe(audio, final=True, should_stop=should_stop, features=mel, prompt=prompt,
-                                   vocabulary=utterance.vocabulary, partial=True)
+        audio, tail = self._after_tail(open_segment.samples, open_segment.start_sample)
+        # a carried tail goes first: the features computed are not this audio's
+        decoded = self.continuation.decode(engine, audio, final=True, should_stop=should_stop,
+                                           features=mel if tail is None else None,
+                                           vocabulary=utterance.vocabulary, partial=True)
+        result = decoded.result
         n = len(open_segment.samples)
         segment = SpeechSegment(samples=open_segment.samples, start_sample=open_segment.start_sample,
                                 end_sample=open_segment.start_sample + n,
@@ -372,7 +352,7 @@ class Pipeline:
                                 end_utc=self.segmenter.clock.utc(open_segment.start_sample + n),
                                 speech_end_mono=open_segment.speech_end_mono, seq=open_segment.seq,
                                 speech_frames=open_segment.speech_frames)
-        self._publish(segment, utterance, result, time.monotonic() - t0, partial=True)
+        self._publish(segment, utterance, result, decoded.busy_s, partial=True)
 
     def _publish(self, segment: SpeechSegment, utterance: _Utterance, result: Transcription, busy_s: float,
                  partial: bool) -> None:

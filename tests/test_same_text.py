@@ -1,7 +1,7 @@
 """The same audio gives the same text in every round and every mode (issue 24): `edgeasr
 transcribe`, the daemon on a file as fast as it reads and at real time, and a Wyoming request
 sent at once and at real time. A round-to-round difference came from whether a speculative
-decode was ready in time; now every mode reads the same audio (speech_end.decode_until).
+decode was ready in time; now every mode reads the same audio (continuation.decode_until).
 
 The daemons and the Wyoming requests of every round run side by side: how busy the machine
 is changes when a speculation is ready, which is what must not change the text."""

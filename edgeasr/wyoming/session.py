@@ -20,6 +20,9 @@ Decoding while the user still speaks:
   the same audio, window by window (measured on the dev set: committing whatever had arrived,
   without that context, cost 7 points of WER over 10 s).
 
+The speculation and the committed text are edgeasr/continuation.py's, as the microphone
+pipeline's are.
+
 Cost linear in the audio however it is chunked: a chunk's bytes are appended to a raw buffer,
 converted once at least `CONVERT_S` of audio is there (a client sending one sample per event
 costs a byte copy per event, not a conversion), into a float buffer that grows by doubling.
@@ -37,9 +40,9 @@ from typing import Any
 import numpy as np
 import soxr
 
+from edgeasr.continuation import Continuation, Decoded, Speculation, decode_until
 from edgeasr.errors import EdgeAsrError
-from edgeasr.speech_end import decode_until
-from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Transcription, Vocabulary, frames_reaching
+from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Vocabulary, frames_reaching
 from edgeasr.worker import Job, Lane, LaneFull
 
 SAMPLE_TYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
@@ -152,16 +155,6 @@ def to_float(pcm: bytes, width: int, channels: int) -> np.ndarray:
     return samples.reshape(-1, channels).mean(axis=1) if channels > 1 else samples
 
 
-@dataclass
-class _Speculation:
-    speech_frames: int  # the session's speech when it was taken: more means it is stale
-    committed: int  # and its committed samples: a commit since makes it stale too
-    speech_end: int  # where the speech it holds ends (the session's samples)
-    job: Job
-    text: str | None = None
-    read: int = 0  # the samples it decoded, from `committed`: the final must read the same
-
-
 @dataclass(frozen=True)
 class SessionOptions:
     window_s: float  # the engine's window
@@ -202,13 +195,13 @@ class Session:
         self._speech_end = 0  # the end of the last speech frame (samples)
         self._committed = 0  # samples whose text is in _text
         self._text = ""  # committed text
-        self._context: tuple[int, ...] = ()  # its last tokens: the prompt of what follows (worker thread)
+        self.continuation = Continuation()  # the text before what is not committed (worker thread)
         self._language = language or ""
         self._format: tuple[int, int, int] | None = None
         self._resampler: soxr.ResampleStream | None = None
         self._partial_due = 0.0
         self._committing = False
-        self._speculation: _Speculation | None = None
+        self._speculation: Speculation | None = None
         self._ended = False  # the endpoint was heard: the audio after it is not
         self.prefix = StablePrefix()
 
@@ -261,8 +254,8 @@ class Session:
             raise SessionError("audio-stop before audio-start")
         self._convert(last=True)
         speculation = self._speculation
-        if speculation is not None and speculation.speech_frames != self._speech_frames:
-            speculation.job.cancel()
+        if speculation is not None and speculation.stale(self._speech_frames):
+            speculation.cancel()
             speculation = None
         speech_end = self._speech_end
         self._submit(Job(lambda engine, should_stop: self._final(engine, speculation, speech_end),
@@ -305,7 +298,7 @@ class Session:
                 self._silent_frames = 0
                 self._speech_end = self._judged
                 if self._speculation is not None:
-                    self._speculation.job.cancel()  # speech resumed: that decode is stale
+                    self._speculation.cancel()  # speech resumed: that decode is stale
                     self._speculation = None
             else:
                 self._silent_frames += 1
@@ -326,18 +319,9 @@ class Session:
         if (after is None or not self._speech_frames or self._speculation is not None
                 or self._silent_frames * self.options.frame_ms < after):
             return
-        speculation = _Speculation(self._speech_frames, self._committed, self._speech_end,
-                                   Job(lambda e, s: None, 0.0))
-
-        def run(engine: Engine, should_stop: Callable[[], bool]) -> None:
-            audio, committed = self._pending()
-            if committed != speculation.committed:
-                return  # a commit came first: the final decodes what is left
-            audio = audio[: self._heard(audio, committed, speculation.speech_end)]
-            speculation.text = self._transcribe(engine, audio, final=True, should_stop=should_stop).text
-            speculation.read = len(audio)
-
-        speculation.job = Job(run, (self._audio.n - self._committed) / SAMPLE_RATE, failed=lambda exc: None)
+        speech_end = self._speech_end
+        speculation = Speculation(self._speech_frames, self.continuation, lambda: self._heard(speech_end),
+                                  (self._audio.n - self._committed) / SAMPLE_RATE, **self._request())
         self._speculation = speculation
         self._submit(speculation.job)
 
@@ -352,48 +336,48 @@ class Session:
         with self._lock:
             return self._audio.view(self._committed), self._committed
 
-    def _transcribe(self, engine: Engine, audio: np.ndarray, final: bool, should_stop: Callable[[], bool] | None = None,
-                    max_windows: int | None = None, partial: bool = False) -> Transcription:
-        result = engine.transcribe(audio, final=final, language=self.language, should_stop=should_stop,
-                                   prompt=self._context, max_windows=max_windows, vocabulary=self.vocabulary,
-                                   partial=partial)
-        if result.language:
-            self._language = result.language
-        return result
+    def _request(self) -> dict:
+        """What the engine hears every decode of this request with."""
+        return {"language": self.language, "vocabulary": self.vocabulary}
+
+    def _heard(self, speech_end: int) -> np.ndarray:
+        """The audio not yet committed that a final decode reads: up to what a speculation taken
+        in the pause after the speech holds (continuation.decode_until), so the transcript is
+        the same text whether the speculation was ready in time or not."""
+        audio, committed = self._pending()
+        return audio[: decode_until(audio, max(0, speech_end - committed), self.options.speculate_after_ms)]
+
+    def _heard_language(self, decoded: Decoded) -> Decoded:
+        if decoded.result.language:
+            self._language = decoded.result.language
+        return decoded
 
     def _commit(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
         audio, _ = self._pending()  # more than a window: the first one is decoded as offline
-        result = self._transcribe(engine, audio, final=False, max_windows=1)
+        result = self._heard_language(self.continuation.decode(engine, audio, final=False, max_windows=1,
+                                                               **self._request())).result
         with self._lock:
             self._committed += result.consumed_samples
             self._text = _join(self._text, result.text)
-        self._context = result.context
+        self.continuation.move_on(result)
         self._committing = False
 
     def _partial(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
         audio, _ = self._pending()
         if len(audio):
-            result = self._transcribe(engine, audio[: self.window], final=True, should_stop=should_stop, partial=True)
+            result = self._heard_language(self.continuation.decode(
+                engine, audio[: self.window], final=True, should_stop=should_stop, partial=True,
+                **self._request())).result
             delta = self.prefix.update(_join(self._text, result.text))
             if delta:
                 self.on_partial(delta)
 
-    def _final(self, engine: Engine, speculation: _Speculation | None, speech_end: int) -> None:
-        audio, committed = self._pending()
-        audio = audio[: self._heard(audio, committed, speech_end)]
-        text = self._text
-        if (speculation is not None and speculation.text is not None and speculation.committed == committed
-                and speculation.read == len(audio)):
-            text = _join(text, speculation.text)  # decoded during the pause before audio-stop
-        elif len(audio):
-            text = _join(text, self._transcribe(engine, audio, final=True).text)
+    def _final(self, engine: Engine, speculation: Speculation | None, speech_end: int) -> None:
+        audio, text = self._heard(speech_end), self._text
+        if len(audio):  # else nothing was said after the text committed
+            decoded = self.continuation.decode(engine, audio, final=True, speculation=speculation, **self._request())
+            text = _join(text, self._heard_language(decoded).result.text)
         self.on_final(Result(" ".join(text.split()), self._language or "en"))
-
-    def _heard(self, audio: np.ndarray, committed: int, speech_end: int) -> int:
-        """How much of the audio not yet committed a final decode reads: what a speculation
-        taken in the pause after the speech holds (speech_end.decode_until), so the transcript
-        is the same text whether the speculation was ready in time or not."""
-        return decode_until(audio, max(0, speech_end - committed), self.options.speculate_after_ms)
 
 
 def _join(a: str, b: str) -> str:
