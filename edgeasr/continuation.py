@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeasr.stages import SAMPLE_RATE, Engine, Transcription
+from edgeasr.stages import SAMPLE_RATE, Engine, SpeechFrames, Transcription
 from edgeasr.worker import Job
 
 FRAME_S = 0.03  # the frames whose power is compared
@@ -55,6 +55,14 @@ def _frame_power(samples: np.ndarray, frame: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Heard:
+    """Audio to decode and the VAD's verdict on it, as the front end heard it."""
+
+    audio: np.ndarray  # float32
+    speech: SpeechFrames | None = None
+
+
+@dataclass(frozen=True)
 class Decoded:
     result: Transcription
     busy_s: float  # engine time it took (the speculation's, when it is one)
@@ -80,18 +88,18 @@ class Continuation:
         self.context: tuple[int, ...] = ()
         self.piece = 0
 
-    def decode(self, engine: Engine, audio: np.ndarray, *, final: bool, speculation: Speculation | None = None,
+    def decode(self, engine: Engine, heard: Heard, *, final: bool, speculation: Speculation | None = None,
                **request: Any) -> Decoded:
-        """`audio` (the speech not yet decoded) with the text before it as prompt; or the
-        speculation's result when it read exactly this audio after the same text. `request`:
-        the rest of stages.Engine.transcribe's arguments."""
+        """The speech not yet decoded with the text before it as prompt; or the speculation's
+        result when it read exactly this audio after the same text. `request`: the rest of
+        stages.Engine.transcribe's arguments."""
         if speculation is not None:
-            taken = speculation.result_for(self.piece, len(audio))
+            taken = speculation.result_for(self.piece, len(heard.audio))
             if taken is not None:
                 return taken
             speculation.cancel()
         t0 = time.monotonic()
-        result = engine.transcribe(audio, final=final, prompt=self.context, **request)
+        result = engine.transcribe(heard.audio, final=final, prompt=self.context, speech=heard.speech, **request)
         return Decoded(result, time.monotonic() - t0)
 
     def move_on(self, result: Transcription) -> None:
@@ -108,13 +116,13 @@ class Continuation:
 class Speculation:
     """A decode of the speech so far, taken in a pause. Made on the front end's thread, which
     submits `job` and may only `cancel` it; the job runs on the worker, which alone writes and
-    reads its result. `audio()` gives the audio to decode when the job runs (on the worker);
+    reads its result. `heard()` gives what to decode when the job runs (on the worker);
     `request` the rest of the engine's arguments."""
 
-    def __init__(self, speech_frames: int, continuation: Continuation, audio: Callable[[], np.ndarray],
+    def __init__(self, speech_frames: int, continuation: Continuation, heard: Callable[[], Heard],
                  seconds: float, **request: Any) -> None:
         self.speech_frames = speech_frames  # the speech when it was taken: more makes it stale
-        self.continuation, self.audio, self.request = continuation, audio, request
+        self.continuation, self.heard, self.request = continuation, heard, request
         self.job = Job(self._run, seconds)  # a failure is the worker's to log: the final decodes again
         self._read: _Read | None = None
 
@@ -131,9 +139,10 @@ class Speculation:
         return "cancelled" if self.job.cancelled.is_set() else "read" if self._read is not None else "not ready"
 
     def _run(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
-        audio, piece = self.audio(), self.continuation.piece
-        decoded = self.continuation.decode(engine, audio, final=True, should_stop=should_stop, **self.request)
-        self._read = _Read(piece, len(audio), Decoded(decoded.result, decoded.busy_s, speculated=True))
+        heard = self.heard()  # first: taking what to decode may end a carried run
+        piece = self.continuation.piece
+        decoded = self.continuation.decode(engine, heard, final=True, should_stop=should_stop, **self.request)
+        self._read = _Read(piece, len(heard.audio), Decoded(decoded.result, decoded.busy_s, speculated=True))
 
     def result_for(self, piece: int, samples: int) -> Decoded | None:
         """Its result, when it read `samples` of audio after the same piece of the speech."""

@@ -130,10 +130,10 @@ def engine_for(cfg: Config, bundle: Bundle, words: bool = False) -> Transcriber:
     rule for long audio, and the home's sentences where they are installed. `edgeasr
     transcribe` and `bench-commands` build theirs here too, so that they hear as it does."""
     from edgeasr.asr.transcriber import build_engine
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
     from edgeasr.home.sentences import sentences_for_engine
 
-    return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad), words=words,
+    return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, SpeechJudge(cfg.vad), words=words,
                         sentences=sentences_for_engine(cfg))
 
 

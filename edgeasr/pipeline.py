@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeasr.config import PipelineConfig
-from edgeasr.continuation import Continuation, Speculation, decode_until
+from edgeasr.continuation import Continuation, Heard, Speculation, decode_until
 from edgeasr.errors import EdgeAsrError
 from edgeasr.stages import (
     SAMPLE_RATE,
@@ -56,6 +56,7 @@ from edgeasr.stages import (
     OpenSegment,
     Publisher,
     Segmenter,
+    SpeechFrames,
     SpeechSegment,
     Transcript,
     Transcription,
@@ -97,7 +98,7 @@ class _Utterance:
 class _Tail:
     """The unfinished tail of a window cut in speech, decoded again with the next segment."""
 
-    audio: np.ndarray  # float32
+    heard: Heard  # its audio and the VAD's verdict on it
     segment: SpeechSegment  # where it lies in the stream
 
 
@@ -248,7 +249,8 @@ class Pipeline:
         self._open_seq, self._dropped_short = seq, dropped
 
     def _offer_partial(self, open_segment: OpenSegment) -> None:
-        snapshot = dataclasses.replace(open_segment, samples=open_segment.samples.copy())
+        snapshot = dataclasses.replace(open_segment, samples=open_segment.samples.copy(),
+                                       speech=_copied(open_segment.speech))
         mel = self._features.window() if self._features is not None else None
         utterance = self._utterance_id(snapshot.seq)
         job = Job(lambda engine, should_stop: self._partial(engine, should_stop, snapshot, utterance, mel),
@@ -258,10 +260,10 @@ class Pipeline:
 
     def _speculate(self, open_segment: OpenSegment) -> None:
         samples = self._heard(open_segment.samples, open_segment.start_sample, open_segment.speech_end_sample).copy()
-        start_sample = open_segment.start_sample
+        start_sample, speech = open_segment.start_sample, _copied(open_segment.speech)
         speculation = Speculation(open_segment.speech_frames, self.continuation,
-                                  lambda: self._after_tail(samples, start_sample)[0], len(samples) / SAMPLE_RATE,
-                                  vocabulary=self._utterance_id(open_segment.seq).vocabulary)
+                                  lambda: self._after_tail(samples, start_sample, speech)[0],
+                                  len(samples) / SAMPLE_RATE, vocabulary=self._utterance_id(open_segment.seq).vocabulary)
         self._speculating = _Speculating(open_segment.seq, speculation)
         self.stats.speculations += 1
         self.lane.submit(speculation.job, stop=None)
@@ -284,32 +286,35 @@ class Pipeline:
         return samples[: decode_until(samples, speech_end, self.options.speculate_after_ms)]
 
     # ------------------------------------------------------------------ worker thread (jobs)
-    def _after_tail(self, samples: np.ndarray, start_sample: int) -> tuple[np.ndarray, _Tail | None]:
-        """float32 audio, with the carried tail before it when it continues that tail (the
-        continuation holds the text before the tail); the tail prepended, if any. A tail the
-        audio does not continue never will be (segments come in stream order: one between was
-        dropped): it is forgotten, and so is the text before it."""
+    def _after_tail(self, samples: np.ndarray, start_sample: int,
+                    speech: SpeechFrames | None) -> tuple[Heard, _Tail | None]:
+        """The samples as float32 audio with the VAD's verdict on them, the carried tail before
+        them when they continue it (the continuation holds the text before the tail); the tail
+        prepended, if any. A tail the audio does not continue never will be (segments come in
+        stream order: one between was dropped): it is forgotten, and so is the text before it."""
         audio = samples.astype(np.float32) / INT16_SCALE
         tail = self._tail
         if tail is not None and tail.segment.end_sample == start_sample:
-            return np.concatenate([tail.audio, audio]), tail
+            joined = (tail.heard.speech.then(speech) if tail.heard.speech is not None and speech is not None
+                      else None)
+            return Heard(np.concatenate([tail.heard.audio, audio]), joined), tail
         if tail is not None or self.continuation.context:  # nor is the text of a run whose decode failed
             self._tail = None
             self.continuation.end()
-        return audio, None
+        return Heard(audio, speech), None
 
     def _final(self, engine: Engine, segment: SpeechSegment, utterance: _Utterance,
                speculation: Speculation | None) -> None:
         self.status("transcribing")
         samples = segment.samples if segment.cut else self._heard(segment.samples, segment.start_sample,
                                                                   segment.speech_end_sample)
-        audio, tail = self._after_tail(samples, segment.start_sample)
+        heard, tail = self._after_tail(samples, segment.start_sample, segment.speech)
         self._tail = None  # taken: a final consumes the tail it continues
         if tail is not None:  # the transcript covers the tail too
             segment = dataclasses.replace(segment, start_sample=tail.segment.start_sample,
                                           start_utc=tail.segment.start_utc)
         # a cut in a pause ends the segment's words: decode it as complete (no tail carried)
-        decoded = self.continuation.decode(engine, audio, final=not segment.cut or segment.cut_in_pause,
+        decoded = self.continuation.decode(engine, heard, final=not segment.cut or segment.cut_in_pause,
                                            speculation=speculation, vocabulary=utterance.vocabulary)
         if decoded.speculated:
             self.stats.speculation_hits += 1  # decoded during the hangover
@@ -318,30 +323,32 @@ class Pipeline:
                       "none" if speculation is None else speculation.state)
         result = decoded.result
         self.stats.segments += 1
-        self.stats.audio_s += len(audio) / SAMPLE_RATE
+        self.stats.audio_s += len(heard.audio) / SAMPLE_RATE
         self.stats.busy_s += decoded.busy_s
-        if segment.cut and result.consumed_samples < len(audio):
-            segment = self._keep_tail(segment, audio, result)
+        if segment.cut and result.consumed_samples < len(heard.audio):
+            segment = self._keep_tail(segment, heard, result)
         else:
             self.continuation.end()
         self._publish(segment, utterance, result, decoded.busy_s, partial=False)
         self.status("listening")
 
-    def _keep_tail(self, segment: SpeechSegment, audio: np.ndarray, result: Transcription) -> SpeechSegment:
+    def _keep_tail(self, segment: SpeechSegment, heard: Heard, result: Transcription) -> SpeechSegment:
         """Carry the audio the result left unconsumed to the next (contiguous) segment; returns
         the segment the transcript covers, which ends where that tail starts."""
         start = segment.start_sample + result.consumed_samples
         tail = dataclasses.replace(segment, start_sample=start,
                                    start_utc=segment.start_utc + _seconds(result.consumed_samples))
-        self._tail = _Tail(audio[result.consumed_samples :], tail)
+        consumed = result.consumed_samples
+        speech = heard.speech.after(consumed) if heard.speech is not None else None
+        self._tail = _Tail(Heard(heard.audio[consumed:], speech), tail)
         self.continuation.move_on(result)
         return dataclasses.replace(segment, end_sample=start, end_utc=tail.start_utc)
 
     def _partial(self, engine: Engine, should_stop: Callable[[], bool], open_segment: OpenSegment, utterance: _Utterance,
                  mel: np.ndarray | None) -> None:
-        audio, tail = self._after_tail(open_segment.samples, open_segment.start_sample)
+        heard, tail = self._after_tail(open_segment.samples, open_segment.start_sample, open_segment.speech)
         # a carried tail goes first: the features computed are not this audio's
-        decoded = self.continuation.decode(engine, audio, final=True, should_stop=should_stop,
+        decoded = self.continuation.decode(engine, heard, final=True, should_stop=should_stop,
                                            features=mel if tail is None else None,
                                            vocabulary=utterance.vocabulary, partial=True)
         result = decoded.result
@@ -392,6 +399,11 @@ class Pipeline:
             "capture": _counters(self.source),
             "segmenter": dataclasses.asdict(self.segmenter.counters),
         }
+
+
+def _copied(speech: SpeechFrames | None) -> SpeechFrames | None:
+    """A verdict that outlives the segmenter's next push (its flags may be a view)."""
+    return dataclasses.replace(speech, flags=speech.flags.copy()) if speech is not None else None
 
 
 def _seconds(samples: int) -> dt.timedelta:

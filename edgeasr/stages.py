@@ -26,6 +26,37 @@ def frames_reaching(ms: float, frame_ms: int) -> int:
     frame by frame takes it (rounded up, never shorter than asked)."""
     return math.ceil(ms / frame_ms)
 
+
+def quietest_frame(speech: np.ndarray, energy: np.ndarray) -> tuple[int, bool]:
+    """Where speech that runs on may be cut, in a span of VAD frames (the segmenter's cut and
+    the engine's window walk alike): its quietest non-speech frame (True: a pause, so no word
+    spans the cut), or its quietest frame when every one is speech (False)."""
+    quiet = np.flatnonzero(~speech)
+    if len(quiet):
+        return int(quiet[np.argmin(energy[quiet])]), True
+    return int(np.argmin(energy)), False
+
+
+@dataclass(frozen=True)
+class SpeechFrames:
+    """The VAD's verdict on a piece of audio, frame by frame, as the front end heard it: frame
+    i covers samples [offset + i * frame, offset + (i + 1) * frame) of that audio (`offset` <= 0:
+    audio cut from a longer stream may start inside a frame)."""
+
+    flags: np.ndarray  # bool, True: speech
+    frame: int  # samples per frame
+    offset: int = 0
+
+    def after(self, samples: int) -> SpeechFrames:
+        """The verdict on the audio from `samples` on: its frames from the one holding that sample."""
+        k = max(0, (samples - self.offset) // self.frame)
+        return SpeechFrames(self.flags[k:], self.frame, self.offset + k * self.frame - samples)
+
+    def then(self, more: SpeechFrames) -> SpeechFrames:
+        """This verdict followed by `more`, the verdict on the audio that follows this one's
+        last frame."""
+        return SpeechFrames(np.concatenate([self.flags, more.flags]), self.frame, self.offset)
+
 @dataclass(frozen=True)
 class AudioChunk:
     """A block of captured audio, in stream order."""
@@ -50,6 +81,7 @@ class SpeechSegment:
     seq: int = 0  # segment number in this stream
     speech_frames: int = 0  # VAD frames judged speech in it
     speech_end_sample: int = 0  # stream sample where its last speech frame ends (0: none)
+    speech: SpeechFrames | None = None  # the VAD's verdict on its frames, from its first sample
 
     @property
     def duration_s(self) -> float:
@@ -67,6 +99,7 @@ class OpenSegment:
     silence_ms: int  # non-speech at its end so far
     speech_end_mono: float  # capture time of its last speech frame
     speech_end_sample: int = 0  # stream sample where its last speech frame ends (0: none)
+    speech: SpeechFrames | None = None  # the VAD's verdict on its frames, from its first sample
 
 
 @dataclass
@@ -287,7 +320,7 @@ class Engine(Protocol):
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),
                    max_windows: int | None = None, vocabulary: Vocabulary = Vocabulary(),
-                   partial: bool = False) -> Transcription:
+                   partial: bool = False, speech: SpeechFrames | None = None) -> Transcription:
         """audio: float32 mono SAMPLE_RATE. final=False: a cut window, speech goes on;
         the unconsumed tail (after the last complete timestamp) is left for the next call.
         should_stop() is asked between decoded tokens; yes raises errors.Cancelled.
@@ -295,7 +328,9 @@ class Engine(Protocol):
         prompt: the `context` of the call that decoded the audio just before. max_windows:
         decode at most that many windows, leaving the rest unconsumed. vocabulary: the home's
         names and terms to hear this request with. partial: a look at speech still under way,
-        shown while it is said: the home's commands are not read in it (the final text's are)."""
+        shown while it is said: the home's commands are not read in it (the final text's are).
+        speech: the VAD's verdict on `audio` as the front end heard it (None: the engine judges
+        the audio itself, once)."""
 
     def feature_stream(self) -> FeatureStream:
         """A stream that computes the features of one window while its audio arrives."""

@@ -129,12 +129,12 @@ def make_engine(bundle_dir: Path, sentences=None, **keys):
     (e.g. make_engine(b, **{"decoder.preset": "conservative"})); the CPU encoder. `sentences`:
     the home's sentences it reads commands with (home.sentences.sentences_for)."""
     from edgeasr.asr.transcriber import build_engine
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
     from edgeasr.bundle import load_bundle
     from edgeasr.config import load_config
 
     cfg = load_config(None, {"encoder.backend": "onnx", **keys})
-    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad),
+    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, SpeechJudge(cfg.vad),
                         words=cfg.output.words, sentences=sentences)
 
 

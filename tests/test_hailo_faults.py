@@ -50,7 +50,7 @@ def npu_engine(standin, bundle_dir: Path, t: FakeTime, version: str = "4.23.0", 
     cfg = load_config(None, {"encoder.backend": "hailo", "encoder.timeout_ms": TIMEOUT_MS, **keys})
     encoder = create_encoder(load_bundle(bundle_dir), cfg.encoder, clock=t.clock, sleep=t.sleep)
     s = cpu.sessions
-    engine = Transcriber(EngineSessions(s.bundle, encoder, s.decoder, s.precision, s.threads), cpu.options, cpu.pauses)
+    engine = Transcriber(EngineSessions(s.bundle, encoder, s.decoder, s.precision, s.threads), cpu.options, cpu.vad)
     assert engine.encoder.backend == "hailo"
     return engine
 

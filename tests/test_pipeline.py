@@ -27,6 +27,7 @@ class RecordingEngine:
         self.features: list = []  # what each call was given
         self.prompts: list[tuple[int, ...]] = []
         self.partial: list[bool] = []  # whether each call was a partial look
+        self.speech: list = []  # the VAD's verdict each call was given
 
     def feature_stream(self):
         from edgeasr.asr.features import MelSpec, MelStream
@@ -34,8 +35,10 @@ class RecordingEngine:
         return MelStream(MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100)))
 
     def transcribe(self, audio, *, final: bool = True, language=None, should_stop=None,
-                   features=None, prompt=(), max_windows=None, vocabulary=None, partial=False) -> Transcription:
+                   features=None, prompt=(), max_windows=None, vocabulary=None, partial=False,
+                   speech=None) -> Transcription:
         self.calls.append((len(audio), final))
+        self.speech.append(speech)
         self.partial.append(partial)
         self.features.append(features)
         self.prompts.append(tuple(prompt))
@@ -114,6 +117,12 @@ def test_the_tail_of_a_window_cut_in_speech_is_decoded_with_the_next_one_and_the
     assert second > first - cut and engine.prompts[:2] == [(), (1,)]
     first_message, second_message = (t.segment for t in publisher.finals()[:2])
     assert second_message.start_sample - first_message.start_sample == cut == first_message.duration_s * SAMPLE_RATE
+    # the engine reads the segmenter's verdict on what it decodes, the tail's frames first: the
+    # audio is judged once, as it arrived
+    for samples, speech in zip((first, second), engine.speech[:2]):
+        assert speech is not None and -speech.frame < speech.offset <= 0
+        assert speech.offset + len(speech.flags) * speech.frame >= samples - speech.frame
+    assert engine.speech[1].offset == -(cut % engine.speech[1].frame)  # the tail starts where the cut left it
 
 
 def test_partial_results_carry_the_id_of_their_final_transcript(tmp_path):

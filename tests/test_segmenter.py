@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from edgeasr.asr.features import MelSpec
+from edgeasr.asr.windows import WindowWalker
 from edgeasr.audio.clock import StreamClock
-from edgeasr.audio.segmenter import PauseFinder, Segmenter
+from edgeasr.audio.segmenter import Segmenter
+from edgeasr.audio.vad import SpeechJudge
 from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
-from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechSegment
+from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechFrames, SpeechSegment
 
 DEV = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev"
 LONGFORM = DEV / "longform"
@@ -258,24 +261,28 @@ def test_a_cut_without_a_pause_is_not_marked():
     assert out and all(s.cut and not s.cut_in_pause for s in out)
 
 
-def test_pause_finder_finds_the_pause_in_audio_in_memory():
+def test_the_walk_ends_a_window_of_audio_in_memory_in_its_pause():
+    """The segmenter's cut rule, applied by the engine's window walk to the VAD's verdict on a
+    whole recording: the same pause is found."""
     x, pause_start, pause_end = sentence_pause_sentence()
-    window = (x[: int(WINDOW_S * SAMPLE_RATE)] / 32768.0).astype(np.float32)
-    cut = PauseFinder(VadOptions()).find(window)
-    assert cut is not None and pause_start < cut <= pause_end
-    assert PauseFinder(VadOptions(), detector=AlwaysSpeech).find(window) is None
+    audio = (x / 32768.0).astype(np.float32)
+    spec = MelSpec(SAMPLE_RATE, 400, 160, 80, int(WINDOW_S * 100))
+    judge = SpeechJudge(VadOptions())
+    window = WindowWalker(spec, judge.search_s).window(audio, 0, final=True, speech=judge.judge(audio))
+    assert window.complete and pause_start < len(window.audio) <= pause_end
+    always = SpeechFrames(np.ones(len(audio) // judge.frame, bool), judge.frame)
+    assert not WindowWalker(spec, judge.search_s).window(audio, 0, final=True, speech=always).complete
 
 
-def test_pause_finder_does_not_depend_on_what_it_judged_before(dev_dir):
-    """webrtcvad adapts to what it hears: each window gets a fresh one, so a file's cuts do
-    not depend on what was read before it (with one detector kept, this clip's cut moved
-    by 30 ms after another clip)."""
-    window = sf.read(dev_dir / "audio" / "ls_test-other_1998-15444-0000.wav", dtype="float32")[0]
-    window = window[: int(WINDOW_S * SAMPLE_RATE)]
-    finder = PauseFinder(VadOptions())
-    first = finder.find(window)
-    finder.find(sf.read(dev_dir / "audio" / "cmu_goforward.wav", dtype="float32")[0])
-    assert first is not None and finder.find(window) == first
+def test_the_judge_of_audio_in_memory_does_not_depend_on_what_it_judged_before(dev_dir):
+    """webrtcvad adapts to what it hears: each recording gets a fresh one, so a file's verdict
+    (and its cuts) do not depend on what was read before it (with one detector kept, this
+    clip's cut moved by 30 ms after another clip)."""
+    audio = sf.read(dev_dir / "audio" / "ls_test-other_1998-15444-0000.wav", dtype="float32")[0]
+    judge = SpeechJudge(VadOptions())
+    first = judge.judge(audio).flags
+    judge.judge(sf.read(dev_dir / "audio" / "cmu_goforward.wav", dtype="float32")[0])
+    assert first.any() and (judge.judge(audio).flags == first).all()
 
 
 class Scripted:

@@ -10,7 +10,7 @@ from edgeasr.asr.text.cleanup import drop_unpaired_quotes, join_bare_punctuation
 from edgeasr.asr.text.pieces import Piece, find_loop, trim_repeats
 from edgeasr.asr.text.spoken import SpeechMap, silent, stock_phrase, stock_phrase_unspoken
 from edgeasr.audio.files import load_audio
-from edgeasr.audio.segmenter import PauseFinder
+from edgeasr.audio.vad import SpeechJudge
 from edgeasr.config import VadOptions
 from edgeasr.stages import TextSegment, Word
 
@@ -73,8 +73,8 @@ def front_center(dev_dir):
     """cmu_goforward ("go forward ten meters", 2.8 s) then 3 s of digital silence, as a speech map."""
     speech = load_audio(dev_dir / "audio" / "cmu_goforward.wav", 16000)
     audio = np.concatenate([speech, np.zeros(16000 * 3, np.float32)])
-    finder = PauseFinder(VadOptions())
-    return SpeechMap(finder.speech(audio), finder.frame_s), len(speech) / 16000
+    judge = SpeechJudge(VadOptions())
+    return SpeechMap(judge.judge(audio).flags, judge.frame / 16000), len(speech) / 16000
 
 
 def test_a_segment_over_silence_is_found_and_a_stock_phrase_needs_speech_under_most_of_it(front_center):

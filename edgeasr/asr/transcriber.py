@@ -27,10 +27,10 @@ from edgeasr.asr.engine import EngineOptions, EngineSessions, engine_options, li
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
 from edgeasr.asr.text.cleanup import tidy
 from edgeasr.asr.window_decoder import Before, WindowDecoder, WindowText
-from edgeasr.asr.windows import PauseFinding, Window, WindowWalker
+from edgeasr.asr.windows import SpeechJudging, Window, WindowWalker
 from edgeasr.bundle import Bundle
 from edgeasr.config import DecoderConfig, EncoderConfig, ModelConfig
-from edgeasr.stages import TextSegment, Transcription, Vocabulary
+from edgeasr.stages import SpeechFrames, TextSegment, Transcription, Vocabulary
 
 NO_VOCABULARY = Vocabulary()
 
@@ -80,16 +80,16 @@ class _Walk:
 
 
 class Transcriber:
-    """The engine (stages.Engine), built whole from its options on loaded sessions. `pauses`
-    finds where a window of long audio can end in a pause (None: at timestamps only);
-    `sentences` gives the home's sentences the commands are read with (None: no reading)."""
+    """The engine (stages.Engine), built whole from its options on loaded sessions. `vad` judges
+    audio given without the front end's verdict (None: no VAD, long audio cut at timestamps
+    only); `sentences` gives the home's sentences the commands are read with (None: no reading)."""
 
-    def __init__(self, sessions: EngineSessions, options: EngineOptions, pauses: PauseFinding | None = None,
+    def __init__(self, sessions: EngineSessions, options: EngineOptions, vad: SpeechJudging | None = None,
                  sentences: SentenceSource | None = None, gate_failures: dict[str, int] | None = None) -> None:
-        self.sessions, self.options, self.pauses, self.sentences = sessions, options, pauses, sentences
+        self.sessions, self.options, self.vad, self.sentences = sessions, options, vad, sentences
         self.gate_failures: dict[str, int] = gate_failures if gate_failures is not None else {}
         s, means = sessions, options.vocabulary_means
-        self.walker = WindowWalker(s.spec, pauses)
+        self.walker = WindowWalker(s.spec, vad.search_s if vad is not None else None)
         self.window_decoder = WindowDecoder(s, options, self.gate_failures)
         self.commands = (CommandReader(s.command_hearing, sentences, s.tokenizer, options.decoding, s.max_prompt,
                                        prompt="prompt" in means, batch=s.batch)
@@ -105,7 +105,7 @@ class Transcriber:
 
     def variant(self, options: EngineOptions) -> Transcriber:
         """This engine with other options, on the same sessions; its gate failures count here too."""
-        return Transcriber(self.sessions, options, self.pauses, self.sentences, self.gate_failures)
+        return Transcriber(self.sessions, options, self.vad, self.sentences, self.gate_failures)
 
     @property
     def bundle(self) -> Bundle:
@@ -126,12 +126,15 @@ class Transcriber:
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),
                    max_windows: int | None = None, vocabulary: Vocabulary = NO_VOCABULARY,
-                   partial: bool = False) -> Transcription:
+                   partial: bool = False, speech: SpeechFrames | None = None) -> Transcription:
         """audio: float32 mono at the bundle's rate. The other arguments are stages.Engine's.
         language: this request's (multilingual bundles), else model.language's. features: the
         log-mel of `audio` computed while it arrived (feature_stream()), used when it fits one
-        window. vocabulary: the home's names and terms (asr/commands/vocabulary.py)."""
+        window. vocabulary: the home's names and terms (asr/commands/vocabulary.py). speech:
+        the VAD's verdict on `audio` as the front end heard it (None: judged here, once)."""
         audio = np.asarray(audio, dtype=np.float32)
+        if speech is None and self.vad is not None:
+            speech = self.vad.judge(audio)
         if language is None or not self.bundle.multilingual:
             language = self.options.decoding.language
         walk = _Walk(language=language, context=list(prompt), prompted=bool(prompt), before=len(prompt),
@@ -140,7 +143,7 @@ class Transcriber:
             if max_windows is not None and walk.windows >= max_windows:
                 final = False  # audio is left: it is not consumed
                 break
-            window = self.walker.window(audio, walk.seek, final)
+            window = self.walker.window(audio, walk.seek, final, speech)
             whole = window.seek == 0 and len(window.audio) == len(audio)
             encoded = self._encode(window, features if whole else None, walk)
             walk.add(self.window_decoder.decode(window, encoded.features, encoded.silence, walk.before_window(),
@@ -178,15 +181,15 @@ class Transcriber:
 
 
 def build_engine(bundle: Bundle, model: ModelConfig, encoder: EncoderConfig, decoder: DecoderConfig,
-                 pauses: PauseFinding | None = None, words: bool = False,
+                 vad: SpeechJudging | None = None, words: bool = False,
                  sentences: SentenceSource | None = None) -> Transcriber:
-    """The engine for these settings. `pauses` finds where a window of long audio can end in a
-    pause (the segmenter's rule), None to cut long audio at timestamps only. `words`: word
-    timestamps in the segments (output.words). `sentences`: the home's sentences the final
-    text is read as commands with (None: it is not). Where long audio is cut and the home's
-    sentences are the caller's: this package depends on neither the audio side nor the home."""
+    """The engine for these settings. `vad` judges audio given whole (audio.vad.SpeechJudge;
+    None: no VAD, long audio cut at timestamps only). `words`: word timestamps in the segments
+    (output.words). `sentences`: the home's sentences the final text is read as commands with
+    (None: it is not). The VAD and the home's sentences are the caller's: this package depends
+    on neither the audio side nor the home."""
     return Transcriber(load_sessions(bundle, encoder, decoder), engine_options(model, decoder, bundle, words),
-                       pauses, sentences)
+                       vad, sentences)
 
 
 def reconfigured(engine: Transcriber, model: ModelConfig, decoder: DecoderConfig) -> Transcriber:

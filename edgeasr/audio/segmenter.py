@@ -15,7 +15,6 @@ Which detector judges the frames is `vad.detector` (edgeasr/audio/vad.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -30,54 +29,11 @@ from edgeasr.stages import (
     OpenSegment,
     SegmenterCounters,
     SpeechDetector,
+    SpeechFrames,
     SpeechSegment,
     frames_reaching,
+    quietest_frame,
 )
-
-
-def quietest_frame(speech: np.ndarray, energy: np.ndarray) -> tuple[int, bool]:
-    """Where to cut a span of VAD frames: its quietest non-speech frame (True: a pause, so
-    no word spans the cut), or its quietest frame when every one is speech (False)."""
-    quiet = np.flatnonzero(~speech)
-    if len(quiet):
-        return int(quiet[np.argmin(energy[quiet])]), True
-    return int(np.argmin(energy)), False
-
-
-class PauseFinder:
-    """The segmenter's cut rule for audio that is already in memory (files): where in its
-    last `search_s` seconds a window can end in a pause.
-
-    webrtcvad adapts to the audio it has judged, so each window gets a fresh detector fed
-    the whole window: the same file then gives the same cuts whatever was read before it.
-    """
-
-    def __init__(self, options: VadOptions,
-                 detector: Callable[[], SpeechDetector] | None = None) -> None:
-        self._n = SAMPLE_RATE * options.frame_ms // 1000
-        self._search = max(1, frames_reaching(options.cut_search_s * 1000, options.frame_ms))
-        self._detector = detector or (lambda: make_detector(options))
-
-    @property
-    def frame_s(self) -> float:
-        return self._n / SAMPLE_RATE
-
-    def speech(self, audio: np.ndarray) -> np.ndarray:
-        """The VAD's verdict (True: speech) for each whole frame of `audio`, a fresh detector's."""
-        n_frames = len(audio) // self._n
-        frames = (np.clip(audio[: n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
-        detector = self._detector()
-        return np.array([detector.is_speech(f) for f in frames.reshape(-1, self._n)], dtype=bool)
-
-    def find(self, audio: np.ndarray) -> int | None:
-        """Samples up to the end of the pause frame to cut after, or None if no pause."""
-        n_frames = len(audio) // self._n
-        lo = max(0, n_frames - self._search)
-        frames = (np.clip(audio[lo * self._n : n_frames * self._n], -1.0, 1.0) * 32767).astype(np.int16)
-        speech = self.speech(audio)[lo:]
-        energy = np.mean(np.square(frames.reshape(-1, self._n), dtype=np.float32), axis=1)
-        k, pause = quietest_frame(speech, energy)
-        return (lo + k + 1) * self._n if pause else None
 
 
 class Segmenter:
@@ -137,6 +93,7 @@ class Segmenter:
             silence_ms=self._silence_run * self._options.frame_ms,
             speech_end_mono=float(self._mono[spoken[-1]]) if len(spoken) else self._speech_mono,
             speech_end_sample=self._first + (int(spoken[-1]) + 1) * self._n if len(spoken) else 0,
+            speech=SpeechFrames(self._speech[: self._count].copy() if copy else self._speech[: self._count], self._n),
         )
 
     def reset(self) -> None:
@@ -261,6 +218,7 @@ class Segmenter:
             seq=self._seq,
             speech_frames=len(spoken),
             speech_end_sample=start + (int(spoken[-1]) + 1) * self._n if len(spoken) else 0,
+            speech=SpeechFrames(self._speech[:n_frames].copy(), self._n),
         )
         self._seq += 1
         self._counters.segments += 1

@@ -18,7 +18,7 @@ import numpy as np
 
 from edgeasr.config import VAD_DETECTORS, VadOptions
 from edgeasr.errors import ConfigError, ToolMissingError
-from edgeasr.stages import SAMPLE_RATE, SpeechDetector
+from edgeasr.stages import SAMPLE_RATE, SpeechDetector, SpeechFrames
 
 HYSTERESIS = 0.15  # faster-whisper's neg_threshold = threshold - 0.15
 SILERO_BLOCK = 512  # samples per Silero verdict at 16 kHz (fixed by the model)
@@ -108,3 +108,23 @@ def make_detector(options: VadOptions) -> SpeechDetector:
     if options.detector == "ten":
         return TenDetector(options.threshold)
     raise ConfigError(f"vad.detector: {options.detector!r} is not allowed ({', '.join(VAD_DETECTORS)})")
+
+
+class SpeechJudge:
+    """The VAD's verdict on audio already in memory (a file, a recording): what the engine's
+    window walk reads when no front end heard the audio as it arrived. A fresh detector is fed
+    the whole audio, so the same file gives the same verdict whatever was judged before it.
+    `search_s`: how far back from a window's end the walk looks for a pause to end it in
+    (vad.cut_search_s, the segmenter's own rule)."""
+
+    def __init__(self, options: VadOptions) -> None:
+        self.options = options
+        self.frame = SAMPLE_RATE * options.frame_ms // 1000
+        self.search_s = options.cut_search_s
+
+    def judge(self, audio: np.ndarray) -> SpeechFrames:
+        n_frames = len(audio) // self.frame
+        frames = (np.clip(audio[: n_frames * self.frame], -1.0, 1.0) * 32767).astype(np.int16)
+        detector = make_detector(self.options)
+        return SpeechFrames(np.array([detector.is_speech(f) for f in frames.reshape(-1, self.frame)], dtype=bool),
+                            self.frame)

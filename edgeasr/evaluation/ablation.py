@@ -157,7 +157,7 @@ def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
     """The table for the configured bundle as the daemon builds its engine (the CPU encoder)."""
     from edgeasr.asr.engine import EngineSessions, engine_options, load_sessions
     from edgeasr.asr.transcriber import Transcriber
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
     from edgeasr.evaluation.calibration import CachedEncoder
     from edgeasr.evaluation.scoring import read_pool
     from edgeasr.models.default import open_bundle
@@ -167,7 +167,7 @@ def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
     loaded = load_sessions(bundle, cfg.encoder, cfg.decoder)
     # every rule decodes the same windows: their encoder outputs are kept
     sessions = EngineSessions(bundle, CachedEncoder(loaded.encoder), loaded.decoder, loaded.precision, loaded.threads)
-    engine = Transcriber(sessions, engine_options(cfg.model, cfg.decoder, bundle), PauseFinder(cfg.vad))
+    engine = Transcriber(sessions, engine_options(cfg.model, cfg.decoder, bundle), SpeechJudge(cfg.vad))
     pool = read_pool(sets, bundle.audio.sample_rate)
     scorer = Scorer(pool, bundle.audio.window_s, language=language or "en")
     return markdown(ablate(engine, pool, scorer, out=out))

@@ -30,7 +30,7 @@ def _engine_row(bundle, args, row: str):
     from edgeasr.asr.encoder import OnnxEncoder
     from edgeasr.asr.engine import EngineOptions, EngineSessions, decoding_options
     from edgeasr.asr.transcriber import Transcriber, build_engine
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
 
     backend = "hailo" if row == "hybrid-hailo" else "onnx"
     cfg = row_config(args, {"encoder.backend": backend, "decoder.preset": args.preset})  # None: calibrated
@@ -42,7 +42,7 @@ def _engine_row(bundle, args, row: str):
         sessions = EngineSessions(b30, OnnxEncoder(bundle, "fp32", args.threads, role="encoder_30s"),
                                   DecoderSession(bundle, "fp32", args.threads), "fp32", args.threads)
         return Transcriber(sessions, EngineOptions(decoding_options(cfg.model, cfg.decoder, bundle)))
-    return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    return build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, SpeechJudge(cfg.vad))
 
 
 def _run_engine(engine, audio) -> dict:

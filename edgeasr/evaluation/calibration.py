@@ -119,7 +119,7 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
     from edgeasr.asr.encoder import OnnxEncoder
     from edgeasr.asr.engine import EngineOptions, EngineSessions, gates, single_threaded_blas
     from edgeasr.asr.transcriber import Transcriber
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
     from edgeasr.config import DecoderConfig, VadOptions
 
     single_threaded_blas()
@@ -134,7 +134,7 @@ def calibrate(bundle: Bundle, pool: list[Utterance], threads: int, sets: Sequenc
             options = preset_options(None, values, language=language)  # as the runtime reads a manifest
             config = DecoderConfig()
             engine = Transcriber(sessions, EngineOptions(options, gates(config), config.on_gate_fail),
-                                 PauseFinder(VadOptions()))
+                                 SpeechJudge(VadOptions()))
             decoded[key] = [engine.transcribe(u.audio).text for u in pool]
         return decoded[key]
 

@@ -40,12 +40,12 @@ def _scores(references: list[str], hypotheses: list[str]) -> tuple[float, float]
 def run(args) -> dict:
     from edgeasr.asr.transcriber import build_engine
     from edgeasr.audio.files import load_audio
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
     from edgeasr.models.default import open_bundle
 
     cfg = row_config(args, {"encoder.backend": "onnx"})
     bundle = open_bundle(cfg)
-    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, SpeechJudge(cfg.vad))
     beams = [int(b) for b in args.beams.split(",") if b]
     variants = _variants(engine, beams)
     names = list(variants)

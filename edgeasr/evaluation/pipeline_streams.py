@@ -20,7 +20,7 @@ def run(args) -> dict:
     import numpy as np
 
     from edgeasr.asr.transcriber import build_engine
-    from edgeasr.audio.segmenter import PauseFinder
+    from edgeasr.audio.vad import SpeechJudge
     from edgeasr.commands.common import load
     from edgeasr.evaluation.scoring import normalizer, read_pool
     from edgeasr.evaluation.streams import make_streams, mix, noise_for, room_tone, write
@@ -28,7 +28,7 @@ def run(args) -> dict:
 
     cfg = load(args, {"encoder.backend": "onnx", **({"model.path": args.model} if args.model else {})})
     bundle = open_bundle(cfg)
-    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, PauseFinder(cfg.vad))
+    engine = build_engine(bundle, cfg.model, cfg.encoder, cfg.decoder, SpeechJudge(cfg.vad))
     pool = read_pool(args.dataset, bundle.audio.sample_rate)
     clean = make_streams(pool, args.seed)
     tone = room_tone(pool)

@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import soxr
 
-from edgeasr.continuation import Continuation, Decoded, Speculation, decode_until
+from edgeasr.continuation import Continuation, Decoded, Heard, Speculation, decode_until
 from edgeasr.errors import EdgeAsrError
-from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, Vocabulary, frames_reaching
+from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, SpeechFrames, Vocabulary, frames_reaching
 from edgeasr.worker import Job, Lane, LaneFull
 
 SAMPLE_TYPES: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"), 4: np.dtype("<i4")}  # width in bytes
@@ -190,6 +190,7 @@ class Session:
         self._frames_in = 0  # frames received, at the client's rate: what max_audio_s counts
         self._convert_bytes = 1
         self._judged = 0  # samples the VAD has seen
+        self._verdicts: list[bool] = []  # its verdict on each frame (the window walk reads them)
         self._speech_frames = 0
         self._silent_frames = 0  # at the end
         self._speech_end = 0  # the end of the last speech frame (samples)
@@ -293,7 +294,10 @@ class Session:
         while self._judged + self.frame <= self._audio.n:
             frame = self._audio.view(self._judged, self._judged + self.frame)
             self._judged += self.frame
-            if self.detector.is_speech(vad_samples(frame)):
+            speech = self.detector.is_speech(vad_samples(frame))
+            with self._lock:
+                self._verdicts.append(speech)
+            if speech:
                 self._speech_frames += 1
                 self._silent_frames = 0
                 self._speech_end = self._judged
@@ -332,20 +336,24 @@ class Session:
             raise SessionError(f"the server is busy: {exc}") from exc
 
     # -- the worker thread ----------------------------------------------------------------------
-    def _pending(self) -> tuple[np.ndarray, int]:
+    def _pending(self) -> tuple[Heard, int]:
+        """The audio not yet committed with the VAD's verdict on it, and where it starts."""
         with self._lock:
-            return self._audio.view(self._committed), self._committed
+            audio, committed = self._audio.view(self._committed), self._committed
+            verdicts = np.array(self._verdicts, dtype=bool)
+        return Heard(audio, SpeechFrames(verdicts, self.frame).after(committed)), committed
 
     def _request(self) -> dict:
         """What the engine hears every decode of this request with."""
         return {"language": self.language, "vocabulary": self.vocabulary}
 
-    def _heard(self, speech_end: int) -> np.ndarray:
+    def _heard(self, speech_end: int) -> Heard:
         """The audio not yet committed that a final decode reads: up to what a speculation taken
         in the pause after the speech holds (continuation.decode_until), so the transcript is
         the same text whether the speculation was ready in time or not."""
-        audio, committed = self._pending()
-        return audio[: decode_until(audio, max(0, speech_end - committed), self.options.speculate_after_ms)]
+        heard, committed = self._pending()
+        end = decode_until(heard.audio, max(0, speech_end - committed), self.options.speculate_after_ms)
+        return Heard(heard.audio[:end], heard.speech)
 
     def _heard_language(self, decoded: Decoded) -> Decoded:
         if decoded.result.language:
@@ -353,8 +361,8 @@ class Session:
         return decoded
 
     def _commit(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
-        audio, _ = self._pending()  # more than a window: the first one is decoded as offline
-        result = self._heard_language(self.continuation.decode(engine, audio, final=False, max_windows=1,
+        heard, _ = self._pending()  # more than a window: the first one is decoded as offline
+        result = self._heard_language(self.continuation.decode(engine, heard, final=False, max_windows=1,
                                                                **self._request())).result
         with self._lock:
             self._committed += result.consumed_samples
@@ -363,19 +371,19 @@ class Session:
         self._committing = False
 
     def _partial(self, engine: Engine, should_stop: Callable[[], bool]) -> None:
-        audio, _ = self._pending()
-        if len(audio):
+        heard, _ = self._pending()
+        if len(heard.audio):
             result = self._heard_language(self.continuation.decode(
-                engine, audio[: self.window], final=True, should_stop=should_stop, partial=True,
-                **self._request())).result
+                engine, Heard(heard.audio[: self.window], heard.speech), final=True, should_stop=should_stop,
+                partial=True, **self._request())).result
             delta = self.prefix.update(_join(self._text, result.text))
             if delta:
                 self.on_partial(delta)
 
     def _final(self, engine: Engine, speculation: Speculation | None, speech_end: int) -> None:
-        audio, text = self._heard(speech_end), self._text
-        if len(audio):  # else nothing was said after the text committed
-            decoded = self.continuation.decode(engine, audio, final=True, speculation=speculation, **self._request())
+        heard, text = self._heard(speech_end), self._text
+        if len(heard.audio):  # else nothing was said after the text committed
+            decoded = self.continuation.decode(engine, heard, final=True, speculation=speculation, **self._request())
             text = _join(text, self._heard_language(decoded).result.text)
         self.on_final(Result(" ".join(text.split()), self._language or "en"))
 

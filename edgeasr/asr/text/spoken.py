@@ -25,13 +25,14 @@ SPOKEN_S_PER_TOKEN = 0.15
 class SpeechMap:
     """The VAD's verdict for each frame of a window (True: speech)."""
 
-    speech: np.ndarray  # bool per frame, from the window's start
+    speech: np.ndarray  # bool per frame
     frame_s: float
+    origin_s: float = 0.0  # where the first frame starts, from the window's start (<= 0)
 
     def spoken_s(self, start: float, end: float) -> float:
         """Seconds of speech between start and end (seconds from the window's start)."""
-        lo = max(0, int(np.floor(start / self.frame_s)))
-        hi = min(len(self.speech), int(np.ceil(end / self.frame_s)))
+        lo = max(0, int(np.floor((start - self.origin_s) / self.frame_s)))
+        hi = min(len(self.speech), int(np.ceil((end - self.origin_s) / self.frame_s)))
         return float(np.count_nonzero(self.speech[lo:hi])) * self.frame_s if hi > lo else 0.0
 
     def is_spoken(self, start: float, end: float) -> bool:
