@@ -210,7 +210,7 @@ def build_wyoming(cfg: Config, bundle: Bundle, worker: Worker, progress: Callabl
     session = SessionOptions(window_s=bundle.audio.window_s, max_audio_s=cfg.wyoming.max_audio_s,
                              partial_interval_ms=cfg.pipeline.partial_interval_ms,
                              speculate_after_ms=cfg.pipeline.speculate_after_ms, frame_ms=cfg.vad.frame_ms,
-                             endpoint_ms=cfg.wyoming.endpoint_ms)
+                             endpoint_ms=cfg.wyoming.endpoint_ms, min_speech_ms=cfg.vad.min_speech_ms)
     return WyomingServer(cfg.wyoming, worker, service, session,
                          lambda: make_detector(cfg.vad), progress=progress, vocabulary=vocabulary)
 

@@ -12,6 +12,7 @@ audio-stop, and B, which starts on the next frame (in the same audio-chunk), is 
 
 from __future__ import annotations
 
+import csv
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -157,3 +158,28 @@ def test_the_endpoint_comes_within_a_frame_of_the_silence_reaching_it(serve, end
     assert 0 <= fired_at - reach < frame
     heard = normalize(send(served.port, reached, stop=False))  # no audio-stop: the endpoint answers
     assert "front center" in heard and "left" not in heard and "rear" not in heard, heard
+
+
+COMMANDS = DEV.parent / "dev-commands"
+
+
+@pytest.mark.parametrize("clip", ["rhasspy3_play_the_beatles", "rhasspy3_turn_on_the_lamp",
+                                  "rhasspy_mqtt_what_time_is_it"])
+def test_a_click_before_a_command_is_no_speech_for_the_endpoint(serve, clip):
+    """Recorded commands start with a sound the VAD calls speech for a few frames, then a pause
+    longer than the endpoint, then the command: the endpoint waits for vad.min_speech_ms of
+    speech (what the segmenter keeps as speech), so the command is heard, not cut before it."""
+    served = serve({"wyoming.endpoint_ms": 250})
+    audio = speech(COMMANDS / "audio" / f"{clip}.wav")
+    frames = verdicts(served.cfg, audio)
+    first = int(np.argmax(frames))  # a blip of speech frames, then a pause longer than 250 ms
+    blip = int(np.argmin(frames[first:]))
+    pause = int(np.argmax(frames[first + blip :]))
+    frame_ms = served.cfg.vad.frame_ms
+    assert blip * frame_ms < served.cfg.vad.min_speech_ms and pause * frame_ms > 250, (blip, pause)
+    n = SAMPLE_RATE * frame_ms // 1000
+    whole = Request(np.concatenate([audio, np.zeros(SAMPLE_RATE, np.int16)]), len(audio), 1, n)
+    heard = normalize(send(served.port, whole, stop=False))  # no audio-stop: the endpoint answers
+    expected = normalize(next(r["reference"] for r in csv.DictReader(
+        (COMMANDS / "manifest.tsv").open(), delimiter="\t", quoting=csv.QUOTE_NONE) if r["id"] == clip))
+    assert heard == expected, (heard, expected)

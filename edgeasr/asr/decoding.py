@@ -200,6 +200,7 @@ class DecoderSession:
         self._cross: dict[str, np.ndarray] = {}
         self.cross_bias = np.zeros(0, np.float32)
         self.length = 0
+        self.windows = 0  # cross K/V computed so far: what was read of one window is known by it
         # the encoder output (a new array per window), padding and silence level `start` last ran
         self._window: tuple[np.ndarray, int, float | None] | None = None
         # the step with every position's logits, where the bundle has it (made on first use:
@@ -238,6 +239,7 @@ class DecoderSession:
         self.cross_bias = bias
         self.length = 0
         self._window = window
+        self.windows += 1
 
     def _bind_cross(self, positions: int) -> None:
         """The cross-attention K/V land in buffers that the step graph reads in place; they

@@ -15,27 +15,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
 from edgeasr.asr import alignment
 from edgeasr.asr.decoding import DecoderSession, start_sequence
 from edgeasr.asr.encoder import ort_session
+from edgeasr.asr.text.pieces import Piece
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.bundle import ALIGN_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import ModelError
 from edgeasr.stages import Word
-
-
-class Piece(Protocol):
-    """What the aligner reads of a transcriber piece (a segment of one window)."""
-
-    start: float  # s from the window start
-    end: float | None  # None: no closing timestamp
-    tokens: list[int]  # text tokens
-    logprobs: list[float]  # one per text token
 
 
 class WordAligner:
@@ -48,6 +39,7 @@ class WordAligner:
         self.session = ort_session(bundle.graph(ALIGN_ROLE, precision), threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.tokenizer = Tokenizer(bundle)
+        self._last: tuple[tuple, np.ndarray] | None = None  # the last text's scores, by window and tokens
 
     def prompt(self, language: str, task: str) -> list[int]:
         """The start of transcript, language and task, as the decoder reads them (no earlier text)."""
@@ -63,9 +55,14 @@ class WordAligner:
         return self.session.run(None, feed)[0]
 
     def _text_scores(self, prompt: list[int], tokens: list[int]) -> np.ndarray:
-        """scores() of the sequence openai aligns: prompt, no-timestamps, the text, end-of-text."""
+        """scores() of the sequence openai aligns: prompt, no-timestamps, the text, end-of-text.
+        The last ones are kept: the repeat rule and the words of a window read the same text
+        of the same window (once the text rules removed nothing)."""
         tok = self.bundle.tokens
-        return self.scores([*prompt, tok.no_timestamps, *tokens, tok.eot])
+        key = (self.decoder.windows, tuple(prompt), tuple(tokens))
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self.scores([*prompt, tok.no_timestamps, *tokens, tok.eot]))
+        return self._last[1]
 
     def token_times(self, pieces: Sequence[Piece], n_samples: int, language: str,
                     task: str = ModelConfig.task) -> list[float]:

@@ -11,7 +11,10 @@ Decoding while the user still speaks:
   with no speech after that pause (Home Assistant stops after its own VAD's silence), that
   result is the transcript: nothing is left to decode after the stop;
 - with `wyoming.endpoint_ms`, the transcript goes out once the silence after the speech has
-  lasted that long: at the end of the first VAD frame by which it has (within one frame of it,
+  lasted that long, speech being at least `vad.min_speech_ms` of it (what the segmenter keeps
+  as speech: a click before a command is none, and webrtcvad hears one in the first frames of
+  most recordings; on the recorded commands, an endpoint after any speech frame answered 10 of
+  15 empty at 250 ms and 4 at 700 ms, after 250 ms of speech none at 250 ms or more): at the end of the first VAD frame by which it has (within one frame of it,
   whatever `vad.frame_ms`); the audio after that frame is not heard;
 - once the audio not yet committed exceeds the model's window, a commit job decodes its first
   window as unfinished speech and keeps the text up to the last complete timestamp, so a long
@@ -40,6 +43,7 @@ from typing import Any
 import numpy as np
 import soxr
 
+from edgeasr.config import VadOptions
 from edgeasr.continuation import Continuation, Decoded, Heard, Speculation, decode_until
 from edgeasr.errors import EdgeAsrError
 from edgeasr.stages import SAMPLE_RATE, Engine, SpeechDetector, SpeechFrames, Vocabulary, frames_reaching
@@ -163,6 +167,7 @@ class SessionOptions:
     speculate_after_ms: int | None  # pipeline.speculate_after_ms (None: no speculation)
     frame_ms: int  # vad.frame_ms
     endpoint_ms: int | None = None  # wyoming.endpoint_ms (None: the transcript waits for audio-stop)
+    min_speech_ms: int = VadOptions.min_speech_ms  # vad.min_speech_ms: the speech an endpoint follows
 
 
 class Session:
@@ -182,6 +187,7 @@ class Session:
         # of the silence reaching it, whatever the frame length
         self.endpoint_frames = (None if options.endpoint_ms is None
                                 else frames_reaching(options.endpoint_ms, options.frame_ms))
+        self.speech_before_endpoint = frames_reaching(options.min_speech_ms, options.frame_ms)
         self.on_partial, self.on_final, self.on_error = on_partial, on_final, on_error
         self.on_endpoint = on_endpoint  # the speech has ended (wyoming.endpoint_ms): answer now
         self._lock = threading.Lock()
@@ -306,7 +312,8 @@ class Session:
                     self._speculation = None
             else:
                 self._silent_frames += 1
-                if self._speech_frames and self._silent_frames == self.endpoint_frames:
+                if (self._speech_frames >= max(1, self.speech_before_endpoint)
+                        and self._silent_frames == self.endpoint_frames):
                     self._end()
                     return
 
