@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "edgeasr.commands.bench_commands",
     "edgeasr.commands.bench_assist",
     "edgeasr.commands.selftest",
+    "edgeasr.commands.addon",
 )
 
 

@@ -1,5 +1,6 @@
 """The client side of the Wyoming protocol, as Home Assistant speaks it: one request sent and
-timed (`request`), for the benches (evaluation/wyoming_servers.py) and the tests."""
+timed (`request`), for the benches (evaluation/wyoming_servers.py) and the tests; and `describe`,
+the add-on's sign that its server answers (commands/addon.py)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ async def request(uri: str, pcm: bytes, *, rate: int, width: int, channels: int,
                 break
             reader = asyncio.ensure_future(client.read_event())
     return out
+
+
+async def describe(uri: str, timeout_s: float) -> dict:
+    """The server's `info` answer to `describe` (its data: asr programs, ...), as Home
+    Assistant asks before it adds a Wyoming service; TimeoutError or OSError when none comes."""
+    from wyoming.client import AsyncClient
+    from wyoming.info import Describe, Info
+
+    async def ask() -> dict:
+        async with AsyncClient.from_uri(uri) as client:
+            await client.write_event(Describe().event())
+            while True:
+                event = await client.read_event()
+                if event is None:
+                    raise ConnectionResetError(f"{uri} closed the connection without an answer to describe")
+                if Info.is_type(event.type):
+                    return event.data
+
+    return await asyncio.wait_for(ask(), timeout_s)
