@@ -7,8 +7,9 @@
 #                                         systemd's tools, Debian's packaging tools, a compiler for
 #                                         systemd-python, espeak-ng, the base weights, CTranslate2,
 #                                         the Silero and TEN speech detectors, Home Assistant's
-#                                         sentences and the command set's piper voice, and a
-#                                         real Home Assistant core (setup-homeassistant.sh)
+#                                         sentences and the command set's piper voice, Docker
+#                                         and debootstrap (the add-on's image), and a real Home
+#                                         Assistant core (setup-homeassistant.sh)
 #
 # Every Python package is pinned by packaging/constraints.txt (Home Assistant's virtualenv by
 # packaging/constraints-homeassistant.txt), so a new release upstream cannot
@@ -41,6 +42,9 @@ if [ "$tests" = 1 ]; then
         espeak-ng
         # TEN VAD's library links against LLVM's C++ runtime
         libc++1
+        # the Home Assistant add-on's image: Docker, and debootstrap for its local Debian base
+        # (tests/test_addon_image.py starts dockerd when none runs)
+        docker.io debootstrap
     )
 fi
 
