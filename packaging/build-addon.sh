@@ -6,7 +6,7 @@
 #
 # The build context is a copy of packaging/homeassistant/edgeasr, as the Supervisor builds that
 # folder, with wheels/ made by wheelhouse.sh from this checkout: edgeasr's wheel and every
-# runtime wheel, so the image installs offline (nothing of edgeasr is downloaded). --base names
+# runtime wheel (Home Assistant's sentences too), so the image installs offline (nothing of edgeasr is downloaded). --base names
 # the image for BUILD_FROM (default: build.yaml's, Home Assistant's Debian base, from its
 # registry); packaging/local-base-image.sh makes one where no registry can be reached. The tag
 # defaults to edgeasr/<arch>-addon-edgeasr:<version>, the version pyproject.toml's.
@@ -20,6 +20,10 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$HERE")
 ADDON=$HERE/homeassistant/edgeasr
+
+# Home Assistant's sentences for the home's commands (pyproject.toml's extra): an add-on serves
+# Assist alone, and the tests compare it with the daemon that has them
+EXTRAS=sentences
 
 die() { echo "build-addon.sh: $*" >&2; exit 1; }
 usage() { echo "usage: $0 [--base IMAGE] [--tag TAG] | --vendor" >&2; exit 64; }
@@ -44,7 +48,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 if [ "$vendor" = 1 ]; then
     for arch in amd64 arm64; do
-        "$HERE/wheelhouse.sh" "$arch" "$WORK/$arch" >&2
+        "$HERE/wheelhouse.sh" "$arch" "$WORK/$arch" "$EXTRAS" >&2
     done
     rm -rf "$ADDON/wheels"
     mkdir -p "$ADDON/wheels"
@@ -72,7 +76,7 @@ tag=${tag:-edgeasr/$HASS_ARCH-addon-edgeasr:$VERSION}
 echo "build-addon.sh: edgeasr $VERSION for $HASS_ARCH on $base" >&2
 cp -r "$ADDON" "$WORK/context"
 rm -rf "$WORK/context/wheels"
-"$HERE/wheelhouse.sh" "$ARCH" "$WORK/context/wheels" >&2
+"$HERE/wheelhouse.sh" "$ARCH" "$WORK/context/wheels" "$EXTRAS" >&2
 # the build arguments the Supervisor gives (its builder also labels the image); --network host:
 # the build's apt runs where the machine's network is (no bridge on CI's machines)
 if ! docker build --network host --tag "$tag" \

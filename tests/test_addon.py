@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from supervisor_rules import (
 from edgeasr import config as edgeasr_config
 from edgeasr.commands import addon, addon_options
 from edgeasr.commands.supervisor import Supervisor, SupervisorError
-from edgeasr.errors import ConfigError, MissingInputError
+from edgeasr.errors import ConfigError, MissingInputError, ToolMissingError
 from edgeasr.evaluation.assist_hass import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,6 +194,7 @@ def test_the_default_options_make_the_wyoming_server_with_names_through_the_prox
     assert token is not None and token.read_text() == TOKEN
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert TOKEN not in path.read_text()
+    shutil.rmtree(token.parent)  # in the container it goes with it
 
 
 def test_options_set_their_keys_and_names_need_a_supervisor(tmp_path, caplog):
@@ -296,3 +298,10 @@ def test_the_announcement_waits_for_describe(standin):
     asyncio.run(serve())
     assert result == [True]
     assert len(standin.recorded("discovery")) == before + 1
+
+
+def test_hailort_files_that_cannot_be_installed_stop_the_start_naming_the_file(tmp_path):
+    addon.install_hailort(tmp_path)  # none there: nothing to do
+    (tmp_path / "hailort_4.21.0_arm64.deb").write_bytes(b"not a Debian package")
+    with pytest.raises(ToolMissingError, match=r"unpacking .*hailort_4\.21\.0_arm64\.deb failed \(.+\)$"):
+        addon.install_hailort(tmp_path)

@@ -34,13 +34,15 @@ import yaml
 from edgeasr.commands import addon_options
 from edgeasr.commands.supervisor import Supervisor, SupervisorError
 from edgeasr.config import load_config
-from edgeasr.errors import ConfigError, EdgeAsrError, MissingInputError
+from edgeasr.errors import ConfigError, EdgeAsrError, MissingInputError, OutputError, ToolMissingError
 
 log = logging.getLogger(__name__)
 
 CONFIG_NAME = "edgeasr.yaml"  # written into /data at every start
 TOKEN_NAME = "supervisor-token"
 HAILORT_DIR = Path("/share/edgeasr/hailort")
+# the image's venv has no pip of its own: Debian's python3-pip-whl runs from its wheel
+PIP_WHEELS = Path("/usr/share/python-wheels")
 DESCRIBE_POLL_S = 0.5  # how often the announcer asks the server while it starts
 DESCRIBE_TIMEOUT_S = 2.0
 
@@ -97,8 +99,6 @@ def write_config(options_file: Path, supervisor: Supervisor | None) -> Path:
     try:
         path.write_text(header + yaml.safe_dump(addon_options.nested(keys), sort_keys=False), "utf-8")
     except OSError as exc:
-        from edgeasr.errors import OutputError
-
         raise OutputError(f"{path}: cannot write the configuration ({exc.strerror or exc})") from None
     try:
         load_config(path)
@@ -161,15 +161,23 @@ def install_hailort(folder: Path) -> None:
     if debs:
         _run_step(["ldconfig"], "ldconfig")
     if wheels:
-        _run_step([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                   "--disable-pip-version-check", *map(str, wheels)], f"installing {', '.join(map(str, wheels))}")
+        _run_step([*_pip(), "install", "--quiet", "--no-index", "--no-deps", "--disable-pip-version-check",
+                   *map(str, wheels)], f"installing {', '.join(map(str, wheels))}")
     log.info("HailoRT from %s: %s", folder, ", ".join(p.name for p in debs + wheels))
+
+
+def _pip() -> list[str]:
+    """pip for this interpreter: its own, else the one Debian keeps as a wheel (pip runs from it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    wheel = next(iter(sorted(PIP_WHEELS.glob("pip-*.whl"))), None)
+    return [sys.executable, f"{wheel}/pip"] if wheel is not None else [sys.executable, "-m", "pip"]
 
 
 def _run_step(argv: list[str], what: str) -> None:
     import subprocess
-
-    from edgeasr.errors import ToolMissingError
 
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
