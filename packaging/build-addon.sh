@@ -53,8 +53,9 @@ if [ "$vendor" = 1 ]; then
     rm -rf "$ADDON/wheels"
     mkdir -p "$ADDON/wheels"
     cp "$WORK"/amd64/edgeasr-*.whl "$ADDON/wheels/"
-    # one line per wheel, with every architecture's sha256 (pip takes any one of them)
-    sort "$WORK"/amd64/requirements.txt "$WORK"/arm64/requirements.txt | awk '
+    # one line per wheel, with every architecture's sha256 (pip takes any one of them); edgeasr's
+    # own wheel is the amd64 run's, the one copied
+    { cat "$WORK"/amd64/requirements.txt; grep -v '^edgeasr==' "$WORK"/arm64/requirements.txt; } | sort | awk '
         { key = $1; sub(/^[^ ]+ /, ""); if (!(key in hashes)) order[++n] = key;
           if (index(hashes[key], $0) == 0) hashes[key] = hashes[key] " " $0 }
         END { for (i = 1; i <= n; i++) print order[i] hashes[order[i]] }' > "$ADDON/wheels/requirements.txt"
