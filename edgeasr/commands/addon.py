@@ -5,7 +5,7 @@
    an edgeasr configuration, /data/edgeasr.yaml (addon_options: the keys each option sets).
    A bad value is one line naming the option, with the exit code `edgeasr` gives that key.
 2. HailoRT the user put in /share/edgeasr/hailort (Hailo's .deb and wheel, which no public
-   index serves) is installed into the container (hailort_files).
+   index serves) is installed into the container (install_hailort).
 3. The daemon runs in this process, as the .deb's service runs it: the Wyoming server only
    (`input.source: none`), its models and state under /data; SIGTERM stops it cleanly.
 4. Under a Supervisor (SUPERVISOR_TOKEN set), once the server answers `describe`, it is announced
