@@ -1,4 +1,4 @@
-"""The fixed-length Hailo decoder (import) and the full-NPU reference decoder (runtime),
+"""The fixed-length Hailo decoder (import) and the full-NPU reference decoder (the bench's row),
 against CTranslate2's Whisper on the same real weights, on real speech (ct2_reference.py).
 
 Tolerance: as test_export.py argues, 1e-4 of the reference's largest logit covers float32
@@ -24,19 +24,15 @@ from tokenizers import Tokenizer
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel
 from edgeasr.asr.logits import SuppressTokens
-from edgeasr.asr.reference_decoder import (
-    EMBEDDING_ROLE,
-    EMBEDDINGS_INPUT,
-    FEATURES_INPUT,
-    FullNpuReferenceDecoder,
-    prompt_tokens,
-    suppression_rules,
-)
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ConfigError, ModelError
+from edgeasr.lab.hailo.reference_decoder import FullNpuReferenceDecoder, prompt_tokens, suppression_rules
 from edgeasr.models.checkpoint import load_checkpoint
 from edgeasr.models.hailo_decoder import (
     EMBEDDING_NAME,
+    EMBEDDING_ROLE,
+    EMBEDDINGS_INPUT,
+    FEATURES_INPUT,
     ONNX_NAME,
     OPSET,
     export_hailo_decoder,

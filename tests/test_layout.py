@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeasr"
 STAGES = ("audio", "asr", "output", "wyoming", "home")  # each imports only the core and itself
 # entry points, model preparation and measuring: never imported at run time
-TOOLS = ("commands", "models", "evaluation")
+TOOLS = ("commands", "models", "evaluation", "lab")
 ROOTS = ("daemon", "cli", "__main__")  # the wiring: may import every stage
 RUNTIME = ("daemon", "pipeline", "worker", *STAGES)  # what the daemon runs
 

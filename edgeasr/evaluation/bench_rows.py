@@ -57,8 +57,8 @@ def _run_engine(engine, audio) -> dict:
 def _full_npu(bundle, args):
     from edgeasr.asr.encoder import OnnxEncoder
     from edgeasr.asr.features import MelSpec, log_mel
-    from edgeasr.asr.reference_decoder import FullNpuReferenceDecoder
     from edgeasr.asr.tokenizer import Tokenizer
+    from edgeasr.lab.hailo.reference_decoder import FullNpuReferenceDecoder
 
     encoder, decoder, tok = OnnxEncoder(bundle, "fp32", args.threads), FullNpuReferenceDecoder(
         bundle, threads=args.threads), Tokenizer(bundle)

@@ -24,12 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from edgeasr.asr.reference_decoder import (
-    EMBEDDING_ROLE,
-    EMBEDDINGS_INPUT,
-    FEATURES_INPUT,
-    GRAPH_ROLE,
-)
+from edgeasr.bundle import TOKEN_TABLE_ROLE
 from edgeasr.errors import ModelError
 from edgeasr.models.checkpoint import Checkpoint
 from edgeasr.models.onnx_builder import (
@@ -48,6 +43,12 @@ OPSET = 13  # what the Hailo DFC parser accepts
 N_OUTPUT_SPLITS = 4  # the vocabulary MatMul in 4 parts, as in Hailo's decoder HEFs
 # Tokens per fixed sequence, by d_model: Hailo-8 fits 32 for tiny and 24 for base.
 SEQUENCE_LENGTHS = {384: 32, 512: 24}
+
+# The graph's contract, which the full-NPU reference decoder (edgeasr.lab.hailo) reads.
+GRAPH_ROLE = "hailo_decoder"
+EMBEDDING_ROLE = TOKEN_TABLE_ROLE  # the bundle's one token table
+FEATURES_INPUT = "encoder_hidden_states"  # [1, T, d]: the encoder HEF's output (input_layer1)
+EMBEDDINGS_INPUT = "token_embeddings"  # [1, 1, L, d]: host-side lookup (input_layer2)
 
 ONNX_NAME = "hailo_decoder.onnx"
 EMBEDDING_NAME = "token_embedding.npy"

@@ -19,15 +19,11 @@ import numpy as np
 from edgeasr.asr import logits as rules
 from edgeasr.asr.decoding import TableRows, start_sequence
 from edgeasr.asr.encoder import ort_session
-from edgeasr.bundle import TOKEN_TABLE_ROLE, Bundle
+from edgeasr.bundle import Bundle
 from edgeasr.config import DecoderConfig
 from edgeasr.errors import ModelError
+from edgeasr.models.hailo_decoder import EMBEDDING_ROLE, EMBEDDINGS_INPUT, FEATURES_INPUT, GRAPH_ROLE
 
-# The graph's contract (written by edgeasr.models.hailo_decoder).
-GRAPH_ROLE = "hailo_decoder"
-EMBEDDING_ROLE = TOKEN_TABLE_ROLE  # the bundle's one token table
-FEATURES_INPUT = "encoder_hidden_states"  # [1, T, d]: the encoder HEF's output (input_layer1)
-EMBEDDINGS_INPUT = "token_embeddings"  # [1, 1, L, d]: host-side lookup (input_layer2)
 PAD_TOKEN = 0  # fills the unused tail of the sequence; the causal mask hides it
 
 
