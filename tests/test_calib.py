@@ -1,4 +1,4 @@
-"""edgeasr.models.hailo_calibration on the real dev speech: shapes, content, silence skipping, bad input."""
+"""edgeasr.lab.hailo.calibration_set on the real dev speech: shapes, content, silence skipping, bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from edgeasr.asr.features import log_mel
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import AudioError, MissingInputError, OutputError, UsageError
-from edgeasr.models.hailo_calibration import audio_files, build_calibration_set, loud_fraction, mel_spec, speech_windows
+from edgeasr.lab.hailo.calibration_set import (
+    audio_files,
+    build_calibration_set,
+    loud_fraction,
+    mel_spec,
+    speech_windows,
+)
 
 CLIP = "jfk_inaugural-1961.wav"  # 11 s: one full 10 s window and a 1 s tail
 

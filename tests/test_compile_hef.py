@@ -1,4 +1,4 @@
-"""edgeasr.models.compile_hef without the Hailo DFC (x86-only, Developer Zone): the plan, the
+"""edgeasr.lab.hailo.compile_hef without the Hailo DFC (x86-only, Developer Zone): the plan, the
 printed commands, the model script, the manifest record, and the exit when the DFC is absent."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import MissingInputError, ModelError, ToolMissingError, UsageError
-from edgeasr.models.compile_hef import NET_NAME, compile_hef, model_script, parse_points, record_hef
-from edgeasr.models.hailo_calibration import build_calibration_set
+from edgeasr.lab.hailo.calibration_set import build_calibration_set
+from edgeasr.lab.hailo.compile_hef import NET_NAME, compile_hef, model_script, parse_points
+from edgeasr.models.hef_import import record_hef
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""edgeasr.models.lint_hailo: the bundle's real encoder passes; small graphs built with
+"""edgeasr.lab.hailo.lint: the bundle's real encoder passes; small graphs built with
 onnx.helper break one rule each and must be reported by node name."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeasr.errors import MissingInputError, ModelError
-from edgeasr.models.lint_hailo import Violation, lint
+from edgeasr.lab.hailo.lint import Violation, lint
 
 F, M, D = 100, 80, 16  # a small NHWC mel window and conv width
 

@@ -138,7 +138,7 @@ def _ablate(args: argparse.Namespace) -> int:
 
 def _lint(args: argparse.Namespace) -> int:
     from edgeasr.bundle import load_bundle
-    from edgeasr.models.lint_hailo import lint
+    from edgeasr.lab.hailo.lint import lint
 
     path = args.target
     if path.is_dir():
@@ -152,8 +152,8 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _calib(args: argparse.Namespace) -> int:
     from edgeasr.commands.common import load
+    from edgeasr.lab.hailo.calibration_set import build_calibration_set
     from edgeasr.models.default import open_bundle
-    from edgeasr.models.hailo_calibration import build_calibration_set
 
     bundle = open_bundle(load(args, {"model.path": args.model} if args.model else {}))
     out = build_calibration_set(args.audio, args.count, args.out, bundle.audio)
@@ -162,7 +162,7 @@ def _calib(args: argparse.Namespace) -> int:
 
 
 def _compile_hef(args: argparse.Namespace) -> int:
-    from edgeasr.models.compile_hef import compile_hef
+    from edgeasr.lab.hailo.compile_hef import compile_hef
 
     for command in compile_hef(args.bundle, args.arch, args.calib, args.out, args.dry_run):
         if args.dry_run:

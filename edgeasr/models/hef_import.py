@@ -3,7 +3,8 @@
 Compiling a HEF needs Hailo's Dataflow Compiler (a licence, x86). Without it, a Hailo-8 user
 takes an encoder HEF Hailo publishes for its own Whisper app and the Hugging Face Whisper
 directory it was built from; `models import` exports the weights (the decoder runs on the
-CPU), copies the HEF into the bundle and records it there as compile-hef does (record_hef).
+CPU), copies the HEF into the bundle and records it in its manifest (record_hef, which the lab's
+compile-hef records the HEFs it compiles with too).
 
 What is checked depends on what this machine has:
 - always: the file exists and, when HailoRT cannot read it here, starts with the HEF magic
@@ -20,16 +21,17 @@ Without HailoRT the HEF is recorded unchecked: the daemon checks its shapes when
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edgeasr.bundle import Bundle, load_bundle
+from edgeasr.bundle import MANIFEST, Bundle, file_entry, load_bundle
 from edgeasr.errors import DeviceError, MissingInputError, ModelError, OutputError, ToolMissingError, UsageError
-from edgeasr.models.compile_hef import record_hef
 
 log = logging.getLogger(__name__)
 
@@ -202,3 +204,27 @@ def attach_hef(bundle_dir: Path, hef: Path) -> AttachedHef:
     record_hef(bundle.root, dest, arch, vstreams, {"source": {"file": hef.name, "kind": "published"}})
     log.info("encoder HEF %s -> %s (%s): %s", hef, dest, arch, checked)
     return AttachedHef(dest, arch, checked)
+
+
+def record_hef(
+    bundle_dir: Path, hef: Path, arch: str, vstreams: dict | None = None, info: dict | None = None
+) -> dict:
+    """Enter a HEF inside the bundle into manifest.json (files.encoder_hef + `hailo`)."""
+    root = Path(bundle_dir).resolve()
+    hef = Path(hef).resolve()
+    if root not in hef.parents:
+        log.warning("%s is outside the bundle %s: not recorded in its manifest (set encoder.hef)", hef, root)
+        return json.loads((root / MANIFEST).read_text())
+    manifest_path = root / MANIFEST
+    m = json.loads(manifest_path.read_text())
+    m["files"]["encoder_hef"] = {**file_entry(root, hef.relative_to(root).as_posix()), "arch": arch}
+    m["hailo"] = {"arch": arch, **(info or {})}
+    if vstreams:
+        m["hailo"]["vstreams"] = vstreams
+    tmp = manifest_path.with_name(f".{MANIFEST}.part")
+    try:
+        tmp.write_text(json.dumps(m, indent=2) + "\n")
+        os.replace(tmp, manifest_path)
+    except OSError as exc:
+        raise OutputError(f"{manifest_path}: cannot update ({exc.strerror or exc})") from exc
+    return m

@@ -37,7 +37,7 @@ def write_standin_hef(
 ) -> Path:
     """Write <bundle>/encoder.<arch>.hef (or `out`); record it in the manifest like compile-hef."""
     from edgeasr.bundle import load_bundle
-    from edgeasr.models.compile_hef import record_hef
+    from edgeasr.models.hef_import import record_hef
 
     bundle = load_bundle(Path(bundle_dir))
     out = Path(out) if out else bundle.root / f"encoder.{arch}.hef"

@@ -36,7 +36,6 @@ HailoRT can read them here, calibration).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeasr.bundle import MANIFEST, Bundle, file_entry, load_bundle
+from edgeasr.bundle import Bundle, load_bundle
 from edgeasr.errors import (
     EdgeAsrError,
     MissingInputError,
@@ -57,6 +56,7 @@ from edgeasr.errors import (
     UsageError,
 )
 from edgeasr.models import ARCHES
+from edgeasr.models.hef_import import record_hef
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def compile_hef(
         _write_script(p)  # an input of the printed commands
         return cmds
     kind, dfc = _dfc()
-    from edgeasr.models.lint_hailo import lint
+    from edgeasr.lab.hailo.lint import lint
 
     problems = lint(p.onnx)
     if problems:
@@ -384,27 +384,3 @@ def _write_atomic(path: Path, data: bytes) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-
-
-def record_hef(
-    bundle_dir: Path, hef: Path, arch: str, vstreams: dict | None = None, info: dict | None = None
-) -> dict:
-    """Enter a HEF inside the bundle into manifest.json (files.encoder_hef + `hailo`)."""
-    root = Path(bundle_dir).resolve()
-    hef = Path(hef).resolve()
-    if root not in hef.parents:
-        log.warning("%s is outside the bundle %s: not recorded in its manifest (set encoder.hef)", hef, root)
-        return json.loads((root / MANIFEST).read_text())
-    manifest_path = root / MANIFEST
-    m = json.loads(manifest_path.read_text())
-    m["files"]["encoder_hef"] = {**file_entry(root, hef.relative_to(root).as_posix()), "arch": arch}
-    m["hailo"] = {"arch": arch, **(info or {})}
-    if vstreams:
-        m["hailo"]["vstreams"] = vstreams
-    tmp = manifest_path.with_name(f".{MANIFEST}.part")
-    try:
-        tmp.write_text(json.dumps(m, indent=2) + "\n")
-        os.replace(tmp, manifest_path)
-    except OSError as exc:
-        raise OutputError(f"{manifest_path}: cannot update ({exc.strerror or exc})") from exc
-    return m
