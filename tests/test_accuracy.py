@@ -13,8 +13,8 @@ from conftest import make_engine, normalize
 
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import MANIFEST, load_bundle
-from edgeasr.evaluation.calibration import START, better, descend
-from edgeasr.evaluation.scoring import Scorer, Utterance
+from edgeasr.lab.evaluation.calibration import START, better, descend
+from edgeasr.lab.evaluation.scoring import Scorer, Utterance
 from edgeasr.models.known_decoding import KNOWN, apply_known
 
 pytestmark = pytest.mark.model

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from edgeasr.errors import ConfigError
-from edgeasr.evaluation.assist_home import configuration, home_from_files
-from edgeasr.evaluation.assist_judge import NONE, NOT_APPLICABLE, RIGHT, WRONG, judge, markdown, summary
-from edgeasr.evaluation.assist_runs import Heard, heard_from
+from edgeasr.lab.evaluation.assist_home import configuration, home_from_files
+from edgeasr.lab.evaluation.assist_judge import NONE, NOT_APPLICABLE, RIGHT, WRONG, judge, markdown, summary
+from edgeasr.lab.evaluation.assist_runs import Heard, heard_from
 
 DATA = Path(__file__).parent / "data"
 HOME = DATA / "home.yaml"
@@ -134,9 +134,9 @@ def test_bench_assist_names_a_bad_engine_and_a_set_without_a_home(tmp_path):
 def test_a_command_on_a_timer_or_a_paused_player_is_prepared_for():
     """What a command needs first is read from its intent (Home Assistant's sentences with the
     home's names), so a home in any language is prepared for alike."""
-    from edgeasr.evaluation.assist_session import SPOKEN, preparation
     from edgeasr.home.names import load_home
     from edgeasr.home.sentences import HomeSentences
+    from edgeasr.lab.evaluation.assist_session import SPOKEN, preparation
 
     sentences = HomeSentences(load_home(HOME), "en")
     en = SPOKEN["en"]
@@ -155,7 +155,7 @@ def test_a_command_on_a_timer_or_a_paused_player_is_prepared_for():
 
 def test_a_home_in_a_language_the_harness_cannot_speak_is_refused_before_home_assistant_starts(tmp_path):
     from edgeasr.errors import UsageError
-    from edgeasr.evaluation.assist_session import AssistSession
+    from edgeasr.lab.evaluation.assist_session import AssistSession
 
     home = dataclasses.replace(home_from_files([HOME]), language="pt")
     with pytest.raises(UsageError, match="--home: the harness speaks en, de, fr, es, it, nl, not pt"):
@@ -167,9 +167,9 @@ def test_the_harness_says_its_own_commands_in_the_homes_language(language):
     """Cancelling every timer between clips, and the timer or the pause a command needs, are
     said in the pipeline's language: said in English to a French pipeline, no timer was ever
     cancelled, and one that ran out during a later clip made that clip a wrong action."""
-    from edgeasr.evaluation.assist_session import SPOKEN
     from edgeasr.home.names import load_home
     from edgeasr.home.sentences import HomeSentences
+    from edgeasr.lab.evaluation.assist_session import SPOKEN
 
     home = HOME if language == "en" else DATA / f"home-{language}.yaml"
     sentences = HomeSentences(load_home(home), language)
@@ -180,7 +180,7 @@ def test_the_harness_says_its_own_commands_in_the_homes_language(language):
 
 
 def test_timer_events_compare_by_what_changed_not_by_when():
-    from edgeasr.evaluation.satellite import Satellite
+    from edgeasr.lab.evaluation.satellite import Satellite
 
     satellite = Satellite("satellite", "Living Room", 0)
     satellite.timers += [{"type": "timer-started", "id": "t", "total_seconds": 600, "at": 100.0},

@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 
 from edgeasr.audio.files import load_audio
-from edgeasr.evaluation.assist_engines import Engine, edgeasr
-from edgeasr.evaluation.assist_hass import Release
-from edgeasr.evaluation.assist_home import home_from_files
-from edgeasr.evaluation.assist_judge import NOT_APPLICABLE, RIGHT, WRONG, Verdict, describe
-from edgeasr.evaluation.assist_runs import Heard
-from edgeasr.evaluation.assist_session import AssistSession
-from edgeasr.evaluation.satellite import SAMPLE_RATE
+from edgeasr.lab.evaluation.assist_engines import Engine, edgeasr
+from edgeasr.lab.evaluation.assist_hass import Release
+from edgeasr.lab.evaluation.assist_home import home_from_files
+from edgeasr.lab.evaluation.assist_judge import NOT_APPLICABLE, RIGHT, WRONG, Verdict, describe
+from edgeasr.lab.evaluation.assist_runs import Heard
+from edgeasr.lab.evaluation.assist_session import AssistSession
+from edgeasr.lab.evaluation.satellite import SAMPLE_RATE
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def _pcm(audio: np.ndarray) -> np.ndarray:
 
 
 def _clips() -> list[Clip]:
-    from edgeasr.evaluation.voices import Speakers, Voice
+    from edgeasr.lab.evaluation.voices import Speakers, Voice
 
     clips = [Clip(i, ref, _pcm(load_audio(path, SAMPLE_RATE))) for i, ref, path in _dev_clips()]
     speakers, voice = Speakers(), Voice("piper", "en_US-joe-medium", 1.0, 0.667)

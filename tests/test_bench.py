@@ -66,7 +66,7 @@ def test_bench_under_load_reports_each_load_against_the_first(tiny_bundle, dev_d
     """`--load`: the pair takes turns under every load; the first load's slowdowns are 1, and
     the neighbours are gone when the bench is. With `--cpu-weight` (as root, as CI runs) each
     side runs in a cpu cgroup of its own, and the groups are gone afterwards too."""
-    from edgeasr.evaluation.cpu_groups import CGROUP_ROOT, PREFIX
+    from edgeasr.lab.evaluation.cpu_groups import CGROUP_ROOT, PREFIX
 
     out = tmp_path / "bench.json"
     proc = subprocess.run(

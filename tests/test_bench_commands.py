@@ -10,10 +10,10 @@ import pytest
 
 from edgeasr.cli import main
 from edgeasr.errors import UsageError
-from edgeasr.evaluation.command_set import intent_from_json
-from edgeasr.evaluation.scoring import normalizer, read_manifest
-from edgeasr.evaluation.voice_commands import ALL, alias_targets, means_of, read_items, same_intent
 from edgeasr.home.names import load_home
+from edgeasr.lab.evaluation.command_set import intent_from_json
+from edgeasr.lab.evaluation.scoring import normalizer, read_manifest
+from edgeasr.lab.evaluation.voice_commands import ALL, alias_targets, means_of, read_items, same_intent
 from edgeasr.stages import Intent
 
 DATA = Path(__file__).parent / "data"

@@ -12,8 +12,10 @@ import soundfile
 
 from edgeasr.cli import main
 from edgeasr.errors import AudioError, UsageError
-from edgeasr.evaluation.command_phrases import ESPEAK_GROUPS, GROUPS, LANGUAGES, language_of
-from edgeasr.evaluation.command_set import (
+from edgeasr.home.names import load_home
+from edgeasr.home.sentences import HomeSentences
+from edgeasr.lab.evaluation.command_phrases import ESPEAK_GROUPS, GROUPS, LANGUAGES, language_of
+from edgeasr.lab.evaluation.command_set import (
     COLUMNS,
     HOME_FILE,
     group_sizes,
@@ -22,9 +24,7 @@ from edgeasr.evaluation.command_set import (
     plan,
     plan_everyday,
 )
-from edgeasr.evaluation.voices import CLEAN_STREAM, NOISE_DIR, NOISY_STREAM, PAD_S, SAMPLE_RATE, mix, read_noise
-from edgeasr.home.names import load_home
-from edgeasr.home.sentences import HomeSentences
+from edgeasr.lab.evaluation.voices import CLEAN_STREAM, NOISE_DIR, NOISY_STREAM, PAD_S, SAMPLE_RATE, mix, read_noise
 from edgeasr.stages import Intent
 
 HOME = Path(__file__).parent / "data" / "home.yaml"

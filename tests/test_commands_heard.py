@@ -25,9 +25,9 @@ from wyoming.client import AsyncClient
 from edgeasr.asr import logits as rules
 from edgeasr.asr.decoding import prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
-from edgeasr.evaluation.voices import Speakers, Voice
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
+from edgeasr.lab.evaluation.voices import Speakers, Voice
 from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]

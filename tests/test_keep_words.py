@@ -11,10 +11,10 @@ from conftest import SHARED, make_engine, normalize
 from edgeasr.asr.text.pieces import Piece, find_loop
 from edgeasr.audio.files import load_audio
 from edgeasr.continuation import decode_until
-from edgeasr.evaluation.ablation import HIT, INSERTED, compare
-from edgeasr.evaluation.command_phrases import FRENCH_SHORT, GERMAN_SHORT
-from edgeasr.evaluation.scoring import Scorer, folds, read_entries, speaker_of
-from edgeasr.evaluation.voices import Speakers, Voice
+from edgeasr.lab.evaluation.ablation import HIT, INSERTED, compare
+from edgeasr.lab.evaluation.command_phrases import FRENCH_SHORT, GERMAN_SHORT
+from edgeasr.lab.evaluation.scoring import Scorer, folds, read_entries, speaker_of
+from edgeasr.lab.evaluation.voices import Speakers, Voice
 from edgeasr.stages import SAMPLE_RATE
 
 MORE = SHARED / "eval" / "dev-more"

@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeasr"
 STAGES = ("audio", "asr", "output", "wyoming", "home")  # each imports only the core and itself
 # entry points, model preparation and measuring: never imported at run time
-TOOLS = ("commands", "models", "evaluation", "lab")
+TOOLS = ("commands", "models", "lab")
 ROOTS = ("daemon", "cli", "__main__")  # the wiring: may import every stage
 RUNTIME = ("daemon", "pipeline", "worker", *STAGES)  # what the daemon runs
 
@@ -82,8 +82,8 @@ def reached(name: str) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if part(n) in RUNTIME))
-def test_the_runtime_path_reaches_no_evaluation_module(name):
-    bad = {t for t in reached(name) if part(t) == "evaluation"}
+def test_the_runtime_path_reaches_no_lab_module(name):
+    bad = {t for t in reached(name) if part(t) == "lab"}
     assert not bad, f"{name} imports {sorted(bad)}, directly or through others"
 
 

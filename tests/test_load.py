@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from edgeasr.errors import UsageError
-from edgeasr.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
-from edgeasr.evaluation.load import LOADS, Neighbours, parse_loads
+from edgeasr.lab.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
+from edgeasr.lab.evaluation.load import LOADS, Neighbours, parse_loads
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_WAIT_MS = 10_000
@@ -69,7 +69,7 @@ def test_each_load_runs_its_neighbours_alone_and_close_ends_them():
 
 def test_neighbours_die_with_a_killed_bench():
     script = ("import json, os, signal\n"
-              "from edgeasr.evaluation.load import Neighbours\n"
+              "from edgeasr.lab.evaluation.load import Neighbours\n"
               "n = Neighbours(['busy2', 'wakeful'])\n"
               "n.use('busy2')\n"
               "print(json.dumps([p.pid for p in n.procs.values()]), flush=True)\n"

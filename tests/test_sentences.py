@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeasr.evaluation.command_phrases import NOT_COMMANDS
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import HomeSentences
+from edgeasr.lab.evaluation.command_phrases import NOT_COMMANDS
 from edgeasr.stages import HomeName, Intent, Vocabulary, WordGraph
 
 HOME = Path(__file__).parent / "data" / "home.yaml"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from edgeasr.config import DecoderConfig
 from edgeasr.errors import ToolMissingError
-from edgeasr.evaluation.bench_rows import ROWS
-from edgeasr.evaluation.load import LOADS
+from edgeasr.lab.evaluation.bench_rows import ROWS
+from edgeasr.lab.evaluation.load import LOADS
 
 
 def register(subparsers) -> None:
@@ -137,8 +137,8 @@ def plot(report: dict, path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgeasr.evaluation.bench_report import run
-    from edgeasr.evaluation.bench_rows import run_row, serve_row
+    from edgeasr.lab.evaluation.bench_report import run
+    from edgeasr.lab.evaluation.bench_rows import run_row, serve_row
 
     if args.row and args.serve:
         serve_row(args)

@@ -24,8 +24,8 @@ DEFAULT_WHISPER_VENV = Path(".bench/wyoming-faster-whisper-3.8.1")
 
 
 def register(subparsers) -> None:
-    from edgeasr.evaluation.assist_engines import ENGINES
-    from edgeasr.evaluation.assist_hass import PATHS
+    from edgeasr.lab.evaluation.assist_engines import ENGINES
+    from edgeasr.lab.evaluation.assist_hass import PATHS
 
     p = subparsers.add_parser("bench-assist", help="STT services through a real Home Assistant, judged by what it did")
     p.add_argument("--dataset", dest="datasets", type=Path, action="append", required=True, metavar="DIR",
@@ -74,10 +74,10 @@ def _whisper_model(given: Path | None) -> Path:
 
 def main(args: argparse.Namespace) -> int:
     from edgeasr.errors import UsageError
-    from edgeasr.evaluation.assist_bench import BenchOptions, read_clips, wrong_actions
-    from edgeasr.evaluation.assist_bench import main as bench
-    from edgeasr.evaluation.assist_engines import ENGINES
-    from edgeasr.evaluation.assist_home import home_from_files
+    from edgeasr.lab.evaluation.assist_bench import BenchOptions, read_clips, wrong_actions
+    from edgeasr.lab.evaluation.assist_bench import main as bench
+    from edgeasr.lab.evaluation.assist_engines import ENGINES
+    from edgeasr.lab.evaluation.assist_home import home_from_files
 
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     unknown = [e for e in engines if e not in ENGINES]

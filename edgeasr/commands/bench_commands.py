@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgeasr.asr.commands.vocabulary import MEANS
 from edgeasr.config import DecoderConfig
-from edgeasr.evaluation.voice_commands import MEANS_ROW, ROWS, row_title
+from edgeasr.lab.evaluation.voice_commands import MEANS_ROW, ROWS, row_title
 
 
 def register(subparsers) -> None:
@@ -55,7 +55,7 @@ def markdown(report: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgeasr.evaluation.voice_commands import run
+    from edgeasr.lab.evaluation.voice_commands import run
 
     report = run(args)
     print(markdown(report))

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
 
 
 def main(args) -> int:
-    from edgeasr.evaluation.decoder_variants import run
+    from edgeasr.lab.evaluation.decoder_variants import run
 
     report = run(args)
     print(f"{report['utterances']} utterances, interleaved; ratio: median of per-utterance decoder ms per window / greedy's")

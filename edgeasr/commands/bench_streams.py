@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgeasr.evaluation.pipeline_streams import run
+    from edgeasr.lab.evaluation.pipeline_streams import run
 
     report = run(args)
     print(markdown(report))

@@ -43,8 +43,8 @@ def _servers(specs: list[str]) -> dict[str, str]:
 
 def main(args: argparse.Namespace) -> int:
     from edgeasr.errors import UsageError
-    from edgeasr.evaluation.load import Neighbours, parse_loads
-    from edgeasr.evaluation.wyoming_servers import run
+    from edgeasr.lab.evaluation.load import Neighbours, parse_loads
+    from edgeasr.lab.evaluation.wyoming_servers import run
 
     servers = _servers(args.server)
     loads = parse_loads(args.load)

@@ -114,8 +114,8 @@ def _import(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from edgeasr.bundle import load_bundle
-    from edgeasr.evaluation.calibration import calibrate
-    from edgeasr.evaluation.scoring import read_pool
+    from edgeasr.lab.evaluation.calibration import calibrate
+    from edgeasr.lab.evaluation.scoring import read_pool
     from edgeasr.models.known_decoding import write_decoding
 
     bundle = load_bundle(args.bundle)
@@ -129,7 +129,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _ablate(args: argparse.Namespace) -> int:
     from edgeasr.commands.common import load
-    from edgeasr.evaluation.ablation import run
+    from edgeasr.lab.evaluation.ablation import run
 
     keys = {"encoder.backend": "onnx", **({"model.path": args.model} if args.model else {})}
     print(run(load(args, keys), args.dataset))
@@ -179,7 +179,7 @@ def _weights(args: argparse.Namespace) -> int:
 
 
 def _command_set(args: argparse.Namespace) -> int:
-    from edgeasr.evaluation.command_set import NOISE_DIR, write_set
+    from edgeasr.lab.evaluation.command_set import NOISE_DIR, write_set
 
     rows = write_set(args.home, args.out, args.count, args.seed, args.noise_dir or NOISE_DIR, args.everyday)
     print(f"{len(rows)} utterances in {args.out / 'manifest.tsv'}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeasr.evaluation.runs import read_set
+from edgeasr.lab.evaluation.runs import read_set
 
 
 def _names(home: Path) -> list[str]:
@@ -41,8 +41,8 @@ def run(args, servers: dict[str, str]) -> dict:
     from whisper_normalizer.english import EnglishTextNormalizer
 
     from edgeasr.audio.files import load_audio
+    from edgeasr.lab.evaluation.wyoming_client import request
     from edgeasr.stages import SAMPLE_RATE
-    from edgeasr.wyoming.client import request
 
     names = _names(args.home) if args.home else None
     utterances = read_set(args.dataset, args.limit)

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from edgeasr.evaluation.assist_runs import Heard
-from edgeasr.evaluation.scoring import normalizer
+from edgeasr.lab.evaluation.assist_runs import Heard
+from edgeasr.lab.evaluation.scoring import normalizer
 
 RIGHT, WRONG, NONE, NOT_APPLICABLE = "right", "wrong", "none", "n/a"
 ACTED = frozenset({"action_done", "query_answer"})

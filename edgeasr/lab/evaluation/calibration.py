@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeasr.bundle import Bundle
-from edgeasr.evaluation.scoring import Score, Scorer, Utterance
+from edgeasr.lab.evaluation.scoring import Score, Scorer, Utterance
 
 log = logging.getLogger(__name__)
 

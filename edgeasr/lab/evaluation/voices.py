@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from edgeasr.errors import AudioError, MissingInputError, ToolMissingError
-from edgeasr.evaluation.command_phrases import LANGUAGES, Language
+from edgeasr.lab.evaluation.command_phrases import LANGUAGES, Language
 
 SAMPLE_RATE = 16000
 PAD_S = 0.3  # silence before and after the speech
 PEAK = 0.95  # a mix louder than this is scaled down to it
-NOISE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "dev" / "longform"
+NOISE_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "eval" / "dev" / "longform"
 NOISY_STREAM, CLEAN_STREAM = "dev_stream_01_noisy20db.wav", "dev_stream_01.wav"
 PIPER_LENGTH_SCALES = (0.85, 1.0, 1.15, 1.3)
 PIPER_NOISE_SCALES = (0.333, 0.667, 0.9)

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from edgeasr.errors import ToolMissingError
-from edgeasr.evaluation.assist_engines import ENGINES, EngineProcess, edgeasr, faster_whisper
-from edgeasr.evaluation.assist_home import AssistHome
-from edgeasr.evaluation.assist_judge import markdown, summary
-from edgeasr.evaluation.assist_session import AssistSession, heard_json
+from edgeasr.lab.evaluation.assist_engines import ENGINES, EngineProcess, edgeasr, faster_whisper
+from edgeasr.lab.evaluation.assist_home import AssistHome
+from edgeasr.lab.evaluation.assist_judge import markdown, summary
+from edgeasr.lab.evaluation.assist_session import AssistSession, heard_json
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class BenchOptions:
 def read_clips(datasets: list[Path], limit: int, sample: int = 0) -> list[Clip]:
     """Each set's first `limit` clips, or `sample` of them drawn alike on every run (in the
     set's order); all when both are 0."""
-    from edgeasr.evaluation.runs import read_set
+    from edgeasr.lab.evaluation.runs import read_set
 
     clips = []
     for d in datasets:
@@ -85,8 +85,8 @@ def _process(key: str, o: BenchOptions, session: AssistSession) -> EngineProcess
 
 async def run_bench(o: BenchOptions, clips: list[Clip]) -> dict[str, Any]:
     from edgeasr.audio.files import load_audio
-    from edgeasr.evaluation.satellite import SAMPLE_RATE
-    from edgeasr.evaluation.scoring import normalizer
+    from edgeasr.lab.evaluation.satellite import SAMPLE_RATE
+    from edgeasr.lab.evaluation.scoring import normalizer
 
     norm = normalizer(o.home.language)
     async with AssistSession(o.hass_venv, o.home, o.workdir) as session:

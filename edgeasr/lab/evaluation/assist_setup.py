@@ -10,8 +10,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from edgeasr.evaluation.assist_hass import Hass, HomeAssistantFailed, Release
-from edgeasr.evaluation.assist_home import AssistHome, HomeEntity, exposed_ids
+from edgeasr.lab.evaluation.assist_hass import Hass, HomeAssistantFailed, Release
+from edgeasr.lab.evaluation.assist_home import AssistHome, HomeEntity, exposed_ids
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from edgeasr.evaluation.runs import faster_whisper, row_config
+from edgeasr.lab.evaluation.runs import faster_whisper, row_config
 
 if TYPE_CHECKING:
-    from edgeasr.evaluation.scoring import Entry
+    from edgeasr.lab.evaluation.scoring import Entry
 
 ROWS = {
     "30s-fp32": "30 s encoder fp32 (reference)",
@@ -130,7 +130,7 @@ def open_row(args):
     """The child's row runner (or why it is skipped) and a loader of the set's utterances."""
     from edgeasr.asr.engine import single_threaded_blas
     from edgeasr.audio.files import load_audio
-    from edgeasr.evaluation.scoring import read_entries
+    from edgeasr.lab.evaluation.scoring import read_entries
     from edgeasr.models.default import open_bundle
 
     single_threaded_blas()  # every row, faster-whisper's too (its features use numpy as well)

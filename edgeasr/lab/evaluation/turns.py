@@ -10,8 +10,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from edgeasr.evaluation.cpu_groups import CpuGroups
-from edgeasr.evaluation.load import Neighbours
+from edgeasr.lab.evaluation.cpu_groups import CpuGroups
+from edgeasr.lab.evaluation.load import Neighbours
 
 OURS, THEIRS = "10s-int8", "faster-whisper"
 NO_LOAD = ("idle",)

@@ -62,7 +62,7 @@ class Neighbours:
         try:
             for n in wanted:
                 cpu = None if n.cpu is None else n.cpu % cores
-                cmd = [sys.executable, "-m", "edgeasr.evaluation.load", n.kind, str(os.getpid())]
+                cmd = [sys.executable, "-m", "edgeasr.lab.evaluation.load", n.kind, str(os.getpid())]
                 proc = subprocess.Popen(cmd + ([] if cpu is None else [str(cpu)]), stdout=subprocess.PIPE,
                                         text=True)
                 self.procs[n] = proc

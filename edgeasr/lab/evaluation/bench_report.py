@@ -15,19 +15,19 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from edgeasr.config import DECODER_PRESETS
-from edgeasr.evaluation.bench_rows import ROWS
-from edgeasr.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
-from edgeasr.evaluation.load import parse_loads
-from edgeasr.evaluation.runs import row_config
-from edgeasr.evaluation.turns import OURS, THEIRS, interleaved, summarize_interleaved, summarize_loads
+from edgeasr.lab.evaluation.bench_rows import ROWS
+from edgeasr.lab.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
+from edgeasr.lab.evaluation.load import parse_loads
+from edgeasr.lab.evaluation.runs import row_config
+from edgeasr.lab.evaluation.turns import OURS, THEIRS, interleaved, summarize_interleaved, summarize_loads
 
 if TYPE_CHECKING:
-    from edgeasr.evaluation.scoring import Scorer
+    from edgeasr.lab.evaluation.scoring import Scorer
 
 
 def run(args) -> dict:
     """Every row asked for, each preset's row and the interleaved pair: the report."""
-    from edgeasr.evaluation.scoring import Scorer, read_entries
+    from edgeasr.lab.evaluation.scoring import Scorer, read_entries
     from edgeasr.models.default import open_bundle
 
     loads = parse_loads(args.load) if args.load else ["idle"]

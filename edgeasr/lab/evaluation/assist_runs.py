@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from edgeasr.evaluation.assist_hass import Hass
-from edgeasr.evaluation.assist_home import VOLATILE_DOMAINS, WATCHED, Call
-from edgeasr.evaluation.assist_setup import SatelliteDevice
-from edgeasr.evaluation.satellite import SAMPLE_RATE, SAMPLES_PER_CHUNK, Satellite
+from edgeasr.lab.evaluation.assist_hass import Hass
+from edgeasr.lab.evaluation.assist_home import VOLATILE_DOMAINS, WATCHED, Call
+from edgeasr.lab.evaluation.assist_setup import SatelliteDevice
+from edgeasr.lab.evaluation.satellite import SAMPLE_RATE, SAMPLES_PER_CHUNK, Satellite
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from edgeasr.errors import ToolMissingError
-from edgeasr.evaluation.assist_hass import free_port, stop, wait_started
+from edgeasr.lab.evaluation.assist_hass import free_port, stop, wait_started
 
 log = logging.getLogger(__name__)
 

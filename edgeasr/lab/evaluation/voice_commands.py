@@ -45,7 +45,7 @@ import numpy as np
 
 from edgeasr.asr.commands.vocabulary import MEANS
 from edgeasr.errors import UsageError
-from edgeasr.evaluation.runs import faster_whisper, row_config
+from edgeasr.lab.evaluation.runs import faster_whisper, row_config
 from edgeasr.stages import Intent, Vocabulary
 
 if TYPE_CHECKING:
@@ -129,10 +129,10 @@ def same_intent(got: Intent | None, expected: Intent | None,
 
 
 def read_items(set_dirs: list[Path], homes: list[Path]) -> list[Item]:
-    from edgeasr.evaluation.command_set import HOME_FILE, intent_from_json
-    from edgeasr.evaluation.scoring import read_manifest
     from edgeasr.home.names import load_home
     from edgeasr.home.sentences import HomeSentences
+    from edgeasr.lab.evaluation.command_set import HOME_FILE, intent_from_json
+    from edgeasr.lab.evaluation.scoring import read_manifest
 
     if len(homes) not in (0, 1, len(set_dirs)):
         raise UsageError(f"--home: {len(homes)} given for {len(set_dirs)} --dataset: give one, or one per --dataset")
@@ -219,7 +219,7 @@ def run(args) -> dict:
 
 def summarize(items: list[Item], results: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
     """Per row, per group (and ALL): the accuracies, the counts and the latency median."""
-    from edgeasr.evaluation.scoring import normalizer
+    from edgeasr.lab.evaluation.scoring import normalizer
 
     normalizers = {lang: normalizer(lang) for lang in {i.home.language for i in items}}
     groups = [ALL, *dict.fromkeys(i.group for i in items)]

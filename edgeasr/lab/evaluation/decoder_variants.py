@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from edgeasr.evaluation.runs import read_set, row_config
+from edgeasr.lab.evaluation.runs import read_set, row_config
 
 GREEDY, WORDS = "greedy", "greedy+words"
 

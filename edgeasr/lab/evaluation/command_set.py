@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeasr.errors import UsageError
-from edgeasr.evaluation.command_phrases import (
+from edgeasr.lab.evaluation.command_phrases import (
     EVERYDAY,
     EVERYDAY_NUMBERS,
     GROUPS,
@@ -39,7 +39,7 @@ from edgeasr.evaluation.command_phrases import (
     Language,
     language_of,
 )
-from edgeasr.evaluation.voices import NOISE_DIR, SAMPLE_RATE, Speakers, Voice, mix, pick_voice, read_noise
+from edgeasr.lab.evaluation.voices import NOISE_DIR, SAMPLE_RATE, Speakers, Voice, mix, pick_voice, read_noise
 from edgeasr.stages import HomeName, Intent
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeasr.evaluation.scoring import Scorer, Utterance
+from edgeasr.lab.evaluation.scoring import Scorer, Utterance
 
 if TYPE_CHECKING:
     from edgeasr.asr.engine import EngineOptions
@@ -158,8 +158,8 @@ def run(cfg: Config, sets: Sequence[Path], out=print) -> str:
     from edgeasr.asr.engine import EngineSessions, engine_options, load_sessions
     from edgeasr.asr.transcriber import Transcriber
     from edgeasr.audio.vad import SpeechJudge
-    from edgeasr.evaluation.calibration import CachedEncoder
-    from edgeasr.evaluation.scoring import read_pool
+    from edgeasr.lab.evaluation.calibration import CachedEncoder
+    from edgeasr.lab.evaluation.scoring import read_pool
     from edgeasr.models.default import open_bundle
 
     bundle = open_bundle(cfg)

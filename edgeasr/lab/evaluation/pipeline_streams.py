@@ -22,8 +22,8 @@ def run(args) -> dict:
     from edgeasr.asr.transcriber import build_engine
     from edgeasr.audio.vad import SpeechJudge
     from edgeasr.commands.common import load
-    from edgeasr.evaluation.scoring import normalizer, read_pool
-    from edgeasr.evaluation.streams import make_streams, mix, noise_for, room_tone, write
+    from edgeasr.lab.evaluation.scoring import normalizer, read_pool
+    from edgeasr.lab.evaluation.streams import make_streams, mix, noise_for, room_tone, write
     from edgeasr.models.default import open_bundle
 
     cfg = load(args, {"encoder.backend": "onnx", **({"model.path": args.model} if args.model else {})})

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from edgeasr.errors import UsageError
-from edgeasr.evaluation.assist_engines import EngineProcess
-from edgeasr.evaluation.assist_hass import Hass, HassProcess, Release, free_port, onboard
-from edgeasr.evaluation.assist_home import AssistHome, configuration
-from edgeasr.evaluation.assist_judge import Verdict, judge
-from edgeasr.evaluation.assist_runs import Heard, Home, run_audio, run_satellite, run_text
-from edgeasr.evaluation.assist_setup import SatelliteDevice, add_pipeline, add_satellite, add_wyoming, make_home
-from edgeasr.evaluation.satellite import Satellite
+from edgeasr.lab.evaluation.assist_engines import EngineProcess
+from edgeasr.lab.evaluation.assist_hass import Hass, HassProcess, Release, free_port, onboard
+from edgeasr.lab.evaluation.assist_home import AssistHome, configuration
+from edgeasr.lab.evaluation.assist_judge import Verdict, judge
+from edgeasr.lab.evaluation.assist_runs import Heard, Home, run_audio, run_satellite, run_text
+from edgeasr.lab.evaluation.assist_setup import SatelliteDevice, add_pipeline, add_satellite, add_wyoming, make_home
+from edgeasr.lab.evaluation.satellite import Satellite
 
 log = logging.getLogger(__name__)
 

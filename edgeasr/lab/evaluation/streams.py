@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeasr.evaluation.scoring import Utterance
+from edgeasr.lab.evaluation.scoring import Utterance
 from edgeasr.stages import SAMPLE_RATE
 
 UTTERANCES = 7  # per stream
