@@ -68,6 +68,13 @@ class ConfigError(EdgeAsrError):
     exit_code = 78  # EX_CONFIG
 
 
+class LabNotInstalledError(EdgeAsrError):
+    """A developer tool (`edgeasr bench`, `edgeasr models calibrate`, ...) asked of an installed
+    product, which does not ship the lab (edgeasr/lab/) it lives in."""
+
+    exit_code = 127  # no sysexits.h code says it: a shell's "command not found"
+
+
 class Cancelled(Exception):
     """Work given up on purpose (a partial result overtaken by a final one, a speculation the
     speaker proved wrong). Not an error: nothing is reported."""

@@ -1,5 +1,5 @@
-"""Model bundles and the Hailo artefacts around them (`edgeasr models ...`)."""
+"""Model bundles: Whisper's weights imported into one, the embedded default prepared on first
+use, an encoder HEF built elsewhere attached (`edgeasr models ...`)."""
 
-# Declared here, not in the modules that use them, so the CLI offers them without importing numpy.
-ARCHES = ("hailo8", "hailo8l")  # Hailo targets compile-hef builds for
+# Declared here, not in the module that uses it, so the CLI offers it without importing numpy.
 DTYPES = ("bf16", "int8")  # what `models weights` writes weights in

@@ -55,7 +55,7 @@ from edgeasr.errors import (
     ToolMissingError,
     UsageError,
 )
-from edgeasr.models import ARCHES
+from edgeasr.lab.hailo import ARCHES
 from edgeasr.models.hef_import import record_hef
 
 log = logging.getLogger(__name__)
