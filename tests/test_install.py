@@ -1,7 +1,8 @@
-"""What pip installs from this tree. The wheel (which packaging/build-deb.sh ships in the .deb)
-holds the product's modules and no lab module (edgeasr/lab/); installed alone in a virtualenv,
-the daemon runs from it and a lab command answers with the one line that says where it is. A
-developer's editable install (`pip install -e`, as packaging/setup-dev.sh does) has the lab."""
+"""What pip installs from this tree. The wheel (packaging/wheelhouse.sh builds the same for the
+.deb and the Home Assistant add-on's image) holds the product's modules and no lab module
+(edgeasr/lab/); installed alone in a virtualenv, the daemon runs from it and a lab command
+answers with the one line that says where it is. A developer's editable install (`pip install
+-e`, as packaging/setup-dev.sh does) has the lab."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def copy_tree(dest: Path) -> Path:
-    """What pip builds from, copied as build-deb.sh copies it, so that build/ and *.egg-info stay
+    """What pip builds from, copied as wheelhouse.sh copies it, so that build/ and *.egg-info stay
     out of the checkout."""
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
