@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from edgeasr.evaluation.assist_hass import free_port
+from edgeasr.lab.evaluation.assist_hass import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 HASS_VENV = Path(os.environ.get("EDGEASR_TEST_HASS_VENV", REPO / ".venv-homeassistant"))

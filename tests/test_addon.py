@@ -40,7 +40,7 @@ from edgeasr import config as edgeasr_config
 from edgeasr.commands import addon, addon_options
 from edgeasr.commands.supervisor import Supervisor, SupervisorError
 from edgeasr.errors import ConfigError, MissingInputError, ToolMissingError
-from edgeasr.evaluation.assist_hass import free_port
+from edgeasr.lab.evaluation.assist_hass import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ADDON_DIR = REPO / "packaging" / "homeassistant" / "edgeasr"

@@ -30,12 +30,12 @@ from test_assist_real import HASS_VENV, HOME, PATH, Clip, _clips
 
 from edgeasr.commands import addon_options
 from edgeasr.errors import ConfigError
-from edgeasr.evaluation.assist_engines import Engine, edgeasr
-from edgeasr.evaluation.assist_home import home_from_files
-from edgeasr.evaluation.assist_judge import WRONG, Verdict, action, describe
-from edgeasr.evaluation.assist_runs import Heard
-from edgeasr.evaluation.assist_session import AssistSession
 from edgeasr.home.homeassistant import fetch_names, websocket_url
+from edgeasr.lab.evaluation.assist_engines import Engine, edgeasr
+from edgeasr.lab.evaluation.assist_home import home_from_files
+from edgeasr.lab.evaluation.assist_judge import WRONG, Verdict, action, describe
+from edgeasr.lab.evaluation.assist_runs import Heard
+from edgeasr.lab.evaluation.assist_session import AssistSession
 from edgeasr.wyoming.client import describe as wyoming_describe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the image built, the model too
