@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--home", dest="homes", type=Path, action="append", default=[], metavar="FILE",
                    help="the home file the set speaks of: once for every set, or once per --dataset in "
                    "their order (default: the set's own home.yaml, which models command-set writes)")
+    p.add_argument("--split", type=Path, default=None, metavar="FILE",
+                   help="the clips' parts (id, language, part: choose or report; evaluation/command_split.py): "
+                   "each group is reported per part")
     p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
     p.add_argument("--threads", type=int, default=DecoderConfig().threads, help="onnxruntime threads of every row")
     p.add_argument("--rows", default=",".join(ROWS),
