@@ -54,9 +54,12 @@ if TYPE_CHECKING:
 ROWS = {
     "edgeasr": "edgeasr",
     "edgeasr-vocabulary": "edgeasr + the home's vocabulary",
+    "edgeasr-vocabulary-unbudgeted": "edgeasr + the home's vocabulary, the reading's time unbounded",
     "faster-whisper": "faster-whisper greedy",
     "faster-whisper-beam5-names": "faster-whisper beam 5 + names prompt",
 }
+UNBUDGETED = "edgeasr-vocabulary-unbudgeted"  # what the reading's budget cuts: asked for by --rows
+DEFAULT_ROWS = tuple(r for r in ROWS if r != UNBUDGETED)
 # the vocabulary heard by some of its means only (asr/vocabulary.MEANS), run when --rows names
 # them: edgeasr-prompt, edgeasr-boost+grammar, ...
 MEANS_ROW = "edgeasr-"
@@ -162,6 +165,7 @@ def read_items(set_dirs: list[Path], homes: list[Path], split: Mapping[str, str]
 
 def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray, Home], str]]:
     """Each row's function (audio, home) -> text."""
+    from edgeasr.asr.commands.budget import UNLIMITED
     from edgeasr.asr.commands.vocabulary import prompt_text
     from edgeasr.daemon import engine_for
 
@@ -178,6 +182,10 @@ def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray
         return lambda audio, home: heard.transcribe(audio, language=home.language, vocabulary=home.vocabulary).text
 
     runners.update({r: hearing_by(m) for r in rows if r not in runners and (m := means_of(r)) is not None})
+    if UNBUDGETED in rows:
+        unbounded = engine.variant(replace(engine.options, reading=UNLIMITED))
+        runners[UNBUDGETED] = lambda audio, home: unbounded.transcribe(
+            audio, language=home.language, vocabulary=home.vocabulary).text
     if any(r.startswith("faster-whisper") for r in rows):
         model = faster_whisper(bundle, args.threads)
         if model is None:
@@ -199,7 +207,7 @@ def run(args) -> dict:
     """Every row on every utterance, interleaved; the results per row, in the items' order."""
     from edgeasr.asr.engine import single_threaded_blas
     from edgeasr.audio.files import load_audio
-    from edgeasr.evaluation.command_split import read_split
+    from edgeasr.lab.evaluation.command_split import read_split
     from edgeasr.models.default import open_bundle
 
     rows = [r for r in args.rows.split(",") if r]
@@ -207,7 +215,11 @@ def run(args) -> dict:
     if unknown:
         raise UsageError(f"--rows: unknown {', '.join(unknown)} (known: {', '.join(ROWS)}, {MEANS_ROW}MEANS)")
     single_threaded_blas()  # every row, faster-whisper's too (its features use numpy as well)
-    items = read_items(args.set_dirs, args.homes, read_split(args.split) if args.split else None)
+    split = read_split(args.split) if args.split else None
+    if args.part and split is None:
+        raise UsageError("--part: give the --split the part is of")
+    items = [i for i in read_items(args.set_dirs, args.homes, split)
+             if split is None or args.part in (None, split[i.id])]
     if not items:
         raise UsageError(f"--dataset: no utterances in {', '.join(map(str, args.set_dirs))}")
     bundle = open_bundle(row_config(args, {}))
