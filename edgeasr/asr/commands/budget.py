@@ -2,7 +2,7 @@
 read by Home Assistant's matcher, and, where asked, a share of the decode's time, whatever the
 language, the home and how far the decoded text is from any of the home's sentences.
 
-The reading (asr/commands_heard.py) asks before each costly part (a step of the search's
+The reading (heard.py) asks before each costly part (a step of the search's
 hypotheses, a text for Home Assistant's matcher) whether the budget still affords it; when it
 does not, the reading stops there and takes no sentence: a command left as decoded is no wrong
 action, a late one makes the user wait. The budget also counts what the reading did (its steps,
