@@ -14,7 +14,7 @@ from test_commands_heard import said, speakers  # noqa: F401  (a fixture)
 from edgeasr.asr.commands.budget import (
     DEFAULT_BUDGET,
     MOST_MATCHES,
-    MOST_STEPS,
+    STEPS_BEYOND_TEXT,
     UNLIMITED,
     BudgetOptions,
     ReadingBudget,
@@ -37,17 +37,21 @@ class Clock:
         return self.now
 
 
-def test_a_reading_takes_at_most_its_steps_and_matches_and_where_asked_a_share_of_the_decode():
-    assert DEFAULT_BUDGET.most_steps == MOST_STEPS and DEFAULT_BUDGET.most_matches == MOST_MATCHES
+def test_a_reading_searches_about_as_many_steps_as_the_text_has_tokens_and_matches_few_texts():
+    assert DEFAULT_BUDGET.steps_beyond_text == STEPS_BEYOND_TEXT and DEFAULT_BUDGET.most_matches == MOST_MATCHES
     assert DEFAULT_BUDGET.allowed_ms(10_000.0) == math.inf  # the work is bounded, not the clock
     timed = BudgetOptions(share=0.5, most_ms=150.0)
     assert timed.allowed_ms(100.0) == pytest.approx(50.0) and timed.allowed_ms(10_000.0) == 150.0
-    budget = ReadingBudget(BudgetOptions(most_steps=2, most_matches=1), clock=Clock())
+    budget = ReadingBudget(BudgetOptions(steps_beyond_text=1, most_matches=1), clock=Clock())
+    budget.for_text(2)  # a text of 2 tokens: 3 steps
     assert budget.affords("step") and budget.affords("match")
-    budget.steps, budget.matched = 2, 0
+    budget.steps, budget.matched = 3, 0
     assert budget.affords("match") and not budget.affords("step") and budget.cut
     assert not budget.affords("match")  # once cut, nothing more
-    assert ReadingBudget(UNLIMITED).affords("step")
+    unbounded = ReadingBudget(UNLIMITED)
+    unbounded.for_text(2)
+    unbounded.steps = 1000
+    assert unbounded.affords("step")
 
 
 def test_a_part_is_afforded_at_what_the_last_of_its_kind_took_and_a_refused_one_cuts_the_reading():
@@ -70,7 +74,7 @@ def test_a_spent_budget_leaves_a_misheard_command_as_decoded_and_says_so(tiny_de
     engine = make_engine(tiny_default_bundle, sentences=sentences_for)
     home = load_home(HOME)
     audio = said(speakers, "start the Roborock", SLOW_JOE)
-    spent = engine.variant(replace(engine.options, reading=BudgetOptions(most_steps=0)))
+    spent = engine.variant(replace(engine.options, reading=BudgetOptions(steps_beyond_text=-100)))
     unbounded = engine.variant(replace(engine.options, reading=UNLIMITED))
     cut = spent.transcribe(audio, vocabulary=home)
     read = unbounded.transcribe(audio, vocabulary=home)
@@ -79,5 +83,6 @@ def test_a_spent_budget_leaves_a_misheard_command_as_decoded_and_says_so(tiny_de
     assert read.text == "Start the Roborock." and read.reading["cut"] == 0
     assert read.reading["steps"] > 0 and read.reading["rows"] >= read.reading["steps"]
     assert read.reading["matched"] >= 2  # the text as decoded, then the sentence taken
-    assert read.reading["steps"] <= MOST_STEPS and read.reading["matched"] <= MOST_MATCHES
+    assert read.reading["steps"] <= len(engine.sessions.tokenizer.encode(" " + cut.text)) + STEPS_BEYOND_TEXT
+    assert read.reading["matched"] <= MOST_MATCHES
     assert engine.transcribe(audio, vocabulary=home).text == read.text  # the default budget affords it

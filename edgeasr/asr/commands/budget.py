@@ -9,7 +9,8 @@ action, a late one makes the user wait. The budget also counts what the reading 
 the hypotheses they took, the texts matched, whether it was cut), for `edgeasr transcribe` and
 `bench-commands`.
 
-The default bounds the work, not the clock: the same audio is read alike however busy the
+The default bounds the work, not the clock (the search's steps in proportion to the tokens of
+the text the decode wrote): the same audio is read alike however busy the
 machine, and the work's time follows from it on a machine kind (base, this project's 2 CPUs:
 about 8 ms of CPU a step of 7 hypotheses, 28 ms a French or Dutch text matched, 23 ms the
 start with the names prompt: docs/benchmarks.md, *Commands*). A share of the decode's time
@@ -24,11 +25,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# steps of the search at most: on dev-commands-multi's part to choose on (base, 129 commands),
-# 16 kept 110 of the 115 intents the unbounded search got right (14: 106; 12: 93), and every one
-# of the English commands tiny.en got right (home-150 and dev-commands, 165); the unbounded
-# search took up to 20 there, and a sentence is about as many steps as it has tokens
-MOST_STEPS = 16
+# steps of the search at most, beyond the tokens of the text as decoded: a sentence is about as
+# many steps as it has tokens, so the search may spend what the decode spent on the text and a
+# few more. On dev-commands-multi's part to choose on (base, 129 commands) this kept 113 of the
+# 115 intents the unbounded search got right (a fixed 16 steps kept 110, and cut the long ones:
+# "Rez-de-chaussée" is 8 tokens), and every one of the English commands tiny.en got right
+# (home-150 and dev-commands, 165)
+STEPS_BEYOND_TEXT = 6
 # texts read by Home Assistant's matcher at most: the decoded text, the sentence taken and its
 # rivals (4 or fewer in 279 of the 283 readings of dev-commands-multi, 165 of 165 in English)
 MOST_MATCHES = 5
@@ -36,10 +39,11 @@ MOST_MATCHES = 5
 
 @dataclass(frozen=True)
 class BudgetOptions:
-    """What a reading may do: `most_steps` of the search, `most_matches` texts matched, and
-    `share` of the decode's time but never more than `most_ms` (both unbounded by default)."""
+    """What a reading may do: as many steps of the search as the text as decoded has tokens and
+    `steps_beyond_text` more, `most_matches` texts matched, and `share` of the decode's time but
+    never more than `most_ms` (both unbounded by default)."""
 
-    most_steps: float = MOST_STEPS
+    steps_beyond_text: float = STEPS_BEYOND_TEXT
     most_matches: float = MOST_MATCHES
     share: float = math.inf
     most_ms: float = math.inf
@@ -49,7 +53,7 @@ class BudgetOptions:
 
 
 DEFAULT_BUDGET = BudgetOptions()
-UNLIMITED = BudgetOptions(most_steps=math.inf, most_matches=math.inf)  # what the budget cuts, measured
+UNLIMITED = BudgetOptions(steps_beyond_text=math.inf, most_matches=math.inf)  # what the budget cuts, measured
 
 
 STEP, MATCH = "step", "match"  # the parts the reading counts and times
@@ -67,7 +71,13 @@ class ReadingBudget:
         self.rows = 0  # hypotheses those steps took (one row each)
         self.matched = 0  # texts read by Home Assistant's matcher
         self.cut = False  # the budget ended the reading before it was done
+        self.most_steps = math.inf  # the search's steps, once the text it reads is known (`for_text`)
         self._last: dict[str, float] = {}  # what the last part of each kind took, ms
+
+    def for_text(self, tokens: int) -> None:
+        """The search reads a text of `tokens` tokens: it may take that many steps and
+        `steps_beyond_text` more."""
+        self.most_steps = tokens + self.options.steps_beyond_text
 
     def spent_ms(self) -> float:
         return (self.clock() - self.start) * 1e3
@@ -75,7 +85,7 @@ class ReadingBudget:
     def affords(self, kind: str) -> bool:
         """Is there room for one more part of `kind`: a count left, and time for it at what the
         last one took? Once there is not, the reading is cut."""
-        done, most = (self.steps, self.options.most_steps) if kind == STEP else (self.matched, self.options.most_matches)
+        done, most = (self.steps, self.most_steps) if kind == STEP else (self.matched, self.options.most_matches)
         if done >= most or self.spent_ms() + self._last.get(kind, 0.0) > self.allowed_ms:
             self.cut = True
         return not self.cut

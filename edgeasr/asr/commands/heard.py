@@ -103,6 +103,7 @@ class CommandHearing:
         """The home's sentence the window is taken to say instead of `text`, or None."""
         search = self.search_for(sentences.graph())
         heard = self.tokenizer.encode(" " + text)
+        budget.for_text(len(heard))
         before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
         # one start for both readings; the text as decoded is scored in the same run
         primed = prime(self.decoder, encoded, options, silence, before, text=heard)
