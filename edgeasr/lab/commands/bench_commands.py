@@ -24,7 +24,7 @@ def register(subparsers) -> None:
                    help="the home file the set speaks of: once for every set, or once per --dataset in "
                    "their order (default: the set's own home.yaml, which models command-set writes)")
     p.add_argument("--split", type=Path, default=None, metavar="FILE",
-                   help="the clips' parts (id, language, part: choose or report; evaluation/command_split.py): "
+                   help="the clips' parts (id, language, part: choose or report; lab/evaluation/command_split.py): "
                    "each group is reported per part")
     p.add_argument("--part", choices=PARTS, default=None,
                    help="with --split: only the clips of this part (choose values on one, report on both)")
