@@ -159,6 +159,9 @@ class Transcription:
     context: tuple[int, ...] = ()
     # what the text asks of the home, when it is one of the home's sentences (a vocabulary given)
     intent: Intent | None = None
+    # what the command reading did (asr/commands/budget.py): its search's steps and the
+    # hypotheses they took, the texts Home Assistant's matcher read, whether its budget cut it
+    reading: dict[str, int] = field(default_factory=dict)
 
     @property
     def avg_logprob(self) -> float:

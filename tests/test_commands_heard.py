@@ -287,6 +287,8 @@ def test_transcribe_json_carries_the_intent_when_asked(tiny_default_bundle, spea
     asked = json.loads(subprocess.run([*base, "--set", "output.intent=true"], capture_output=True, text=True,
                                       check=True, cwd=REPO).stdout)
     assert asked["intent"] == {"name": "HassPauseTimer", "slots": {}}, asked
+    # what the command reading did: the text as decoded read by Home Assistant's matcher
+    assert asked["reading"]["matched"] >= 1 and asked["reading"]["cut"] == 0 and "command" in asked["timings_ms"]
     quiet = json.loads(subprocess.run(base, capture_output=True, text=True, check=True, cwd=REPO).stdout)
     assert "intent" not in quiet and quiet["text"] == asked["text"]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from edgeasr.asr.beam import BatchDecoderSession, BeamDecoder
+from edgeasr.asr.commands.budget import DEFAULT_BUDGET, BudgetOptions
 from edgeasr.asr.commands.grammar import ROWS as GRAMMAR_ROWS
 from edgeasr.asr.commands.heard import CommandHearing
 from edgeasr.asr.commands.vocabulary import MEANS
@@ -71,6 +72,8 @@ class EngineOptions:
     judge_words: bool = False
     # which of vocabulary.MEANS a vocabulary is heard by (bench-commands measures each)
     vocabulary_means: frozenset[str] = frozenset(MEANS)
+    # how much the command reading may do (commands.budget.UNLIMITED: measuring what it cuts)
+    reading: BudgetOptions = DEFAULT_BUDGET
 
     def __post_init__(self) -> None:
         if self.on_gate_fail not in GATE_FAILURE_ACTIONS:

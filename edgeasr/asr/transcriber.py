@@ -92,7 +92,7 @@ class Transcriber:
         self.walker = WindowWalker(s.spec, vad.search_s if vad is not None else None)
         self.window_decoder = WindowDecoder(s, options, self.gate_failures)
         self.commands = (CommandReader(s.command_hearing, sentences, s.tokenizer, options.decoding, s.max_prompt,
-                                       prompt="prompt" in means, batch=s.batch)
+                                       prompt="prompt" in means, batch=s.batch, budget=options.reading)
                          if sentences is not None and "grammar" in means else None)
         self._keyterms = functools.lru_cache(maxsize=VOCABULARY_CACHE)(
             lambda vocabulary: keyterms(vocabulary, s.tokenizer.encode))

@@ -4,7 +4,9 @@ The JSON names (file, text, segments, duration_s, windows, tokens, timings_ms wi
 features, encoder, decoder, total) are a public contract; with --words (output.words) each
 segment has `words` (word, start, end in seconds from the file's start, probability).
 timings_ms also has `words` when words were aligned (--words, or the judge of
-decoder.drop_unspoken_words) and `command` when the home's sentences were searched. A file
+decoder.drop_unspoken_words) and `command` when the home's sentences were searched; then
+`reading` says what the command reading did (steps, rows: the hypotheses those steps took,
+matched: the texts Home Assistant's matcher read, cut: 1 where its budget ended it). A file
 that cannot be read
 gets one line on stderr; the other files are still transcribed, and the exit code is
 that of the first failure.
@@ -83,6 +85,7 @@ def result_json(path: Path, duration_s: float, result, load_ms: float, total_ms:
                        **{k: round(v, 1) for k, v in result.timings_ms.items()},
                        "total": round(total_ms, 1)},
         **({"intent": intent_message(result.intent)} if intent and result.intent else {}),
+        **({"reading": dict(result.reading)} if result.reading else {}),
     }
 
 

@@ -12,6 +12,7 @@ text's.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
+from edgeasr.asr.commands.budget import STEP, UNLIMITED, ReadingBudget
 from edgeasr.asr.decoding import DecoderSession, Primed, logsumexp
 from edgeasr.stages import WordGraph
 
@@ -44,6 +46,11 @@ MAX_TOKENS = 32  # a command longer than this is not one of the home's
 MARKS = (",", ".", "?", "!")  # a comma may come between words; any of them where a sentence may end
 ENDS = (".", "?", "!")  # only the end of text may follow these
 BARE = ("%", "-", "'s", "°")  # a word that begins so may be written without a space before it ("-hours")
+# a word that ends so is elided before the next, which may then be written against it ("l'entrée",
+# "dell'ufficio", as the decoder writes them; Home Assistant reads "l' entrée" alike): spelled
+# only with the space, "l' Entrée" was less likely than leaving the article out ("Verrouille,
+# Entrée.", base, French)
+ELIDED = ("'", "’")
 # places in the graph whose closures, arcs, allowed tokens and next places are kept: a cache
 # that is full starts again (measured: ~700 places and 11 MB after 150 commands, still growing)
 MAX_PLACES = 2048
@@ -70,6 +77,7 @@ class _Unit:
     at: int
     to: int
     mark: str = ""  # the mark its last token carries, where the tokenizer merges them ("%.")
+    elided: bool = False  # the word ends elided (ELIDED): the next may follow without a space
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,19 @@ class _Where:
     marked: bool = False  # a mark was the last token: another may not follow
     ended: bool = False  # a mark that ends the sentence was the last token
     decimal: bool = False  # the number under way has its decimal point
+    # an elided word was the last: a new word may begin without its space, and no mark follows
+    after_elision: bool = False
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        """Hashed once: a place is looked up in the search's caches at every step of every
+        hypothesis, and hashing its words under way anew each time was a third of the
+        search's own (Python) time."""
+        return hash((self.states, self.units, self.number, self.marked, self.ended, self.decimal,
+                     self.after_elision))
 
 
 @dataclass(frozen=True)
@@ -90,7 +111,7 @@ class _Out:
     """The arcs out of a place: each spelling of their words by its first token, and where the
     arcs that take a number lead."""
 
-    spelled: dict[int, tuple[tuple[tuple[int, ...], int, str], ...]]  # spelling, where it leads, its mark
+    spelled: dict[int, tuple[tuple[tuple[int, ...], int, str, bool], ...]]  # spelling, where it leads, mark, elided
     numbers: tuple[int, ...]
 
 
@@ -121,12 +142,12 @@ class GrammarSearch:
         self._spellings: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {}
         self._allowed: dict[_Where, np.ndarray] = {}
         self._next: dict[tuple[_Where, int], _Where] = {}
-        self._labelled: dict[frozenset[int], _Out] = {}
+        self._labelled: dict[tuple[frozenset[int], bool], _Out] = {}
         self._said: dict[int, str] = {}
 
     def search(self, session: DecoderSession, primed: Primed, beam: int = BEAM, max_tokens: int = MAX_TOKENS,
                batch: BatchDecoderSession | None = None, floor: float = -np.inf,
-               first_words: int = FIRST_WORDS) -> list[tuple[list[int], float]]:
+               first_words: int = FIRST_WORDS, budget: ReadingBudget | None = None) -> list[tuple[list[int], float]]:
         """The graph's sentences the search finished for the window, likeliest first: each one's
         tokens and mean log-probability per token (end-of-text included); none, or up to `beam`.
         It does not go on with a sentence that can no longer reach the mean of the best one
@@ -135,11 +156,14 @@ class GrammarSearch:
         with the window and the prompt. Besides the `beam` likeliest, the likeliest hypothesis of
         each of `first_words` other first words goes on.
         With `batch` (a bundle imported with the batched step), every hypothesis takes its step
-        in one run."""
+        in one run. With `budget`, no step is taken that it does not afford (the sentences
+        finished by then are what the search found), and each step is counted there."""
         session.length, logits = primed.length, primed.logits  # the window's prompt, as `prime` left it
+        budget = budget if budget is not None else ReadingBudget(UNLIMITED)
         if batch is not None:
             beam = min(beam, batch.size)
-            return self._search_batched(batch, logits, beam, min(first_words, batch.size - beam), max_tokens, floor)
+            return self._search_batched(batch, logits, beam, min(first_words, batch.size - beam), max_tokens, floor,
+                                        budget)
         base = session.length
         hypotheses = [_Hypothesis([], 0.0, _Where(self._close(frozenset([self.graph.start]))), logits,
                                   np.zeros((*session.cache.shape[:2], 0, session.cache.shape[3]), np.float32))]
@@ -150,25 +174,29 @@ class GrammarSearch:
                       for total, token in self._extensions(h.where, h.logits, logsumexp(h.logits), h.total,
                                                            beam + first_words)]
             scored.sort(key=lambda x: -x[0])
-            hypotheses = []
+            going: list[tuple[float, _Hypothesis, int]] = []
             for total, h, token in self._choose(scored, lambda h: h.tokens, finished, beam, first_words):
                 if token == self.eot:
                     best = max(best, self._finish(finished, h.tokens, total))
-                    continue
-                if not _goes_on(total, len(h.tokens) + 1, max_tokens, max(floor, best)):
-                    continue
+                elif _goes_on(total, len(h.tokens) + 1, max_tokens, max(floor, best)):
+                    going.append((total, h, token))
+            if not going or len(finished) >= beam or not budget.affords(STEP):
+                break
+            t0 = budget.clock()
+            hypotheses = []
+            for total, h, token in going:
                 n = h.rows.shape[2]
                 session.cache[:, :, base : base + n] = h.rows
                 session.length = base + n
                 logits = session.step([token]).copy()
                 hypotheses.append(_Hypothesis([*h.tokens, token], total, self._after(h.where, token), logits,
                                               session.cache[:, :, base : base + n + 1].copy()))
-            if not hypotheses or len(finished) >= beam:
-                break
+            budget.spent(STEP, t0)
+            budget.steps, budget.rows = budget.steps + 1, budget.rows + len(going)
         return sorted(finished.values(), key=lambda f: -f[1])
 
     def _search_batched(self, batch: BatchDecoderSession, first: np.ndarray, beam: int, first_words: int,
-                        max_tokens: int, floor: float = -np.inf) -> list[tuple[list[int], float]]:
+                        max_tokens: int, floor: float, budget: ReadingBudget) -> list[tuple[list[int], float]]:
         """`search` with the hypotheses as the rows of one batched step."""
         batch.begin()
         # tokens, total, where: hypothesis i is row i of `rows`
@@ -190,10 +218,13 @@ class GrammarSearch:
                 elif _goes_on(total, len(tokens) + 1, max_tokens, max(floor, best)):
                     going.append(([*tokens, token], total, self._after(where, token)))
                     parents.append(i)
-            if not going or len(finished) >= beam:
+            if not going or len(finished) >= beam or not budget.affords(STEP):
                 break
+            t0 = budget.clock()
             batch.reorder(parents)
             rows, norms = batch.step([g[0][-1] for g in going]), batch.lse  # only the rows of the hypotheses that go on
+            budget.spent(STEP, t0)
+            budget.steps, budget.rows = budget.steps + 1, budget.rows + len(going)
             alive = going
         return sorted(finished.values(), key=lambda f: -f[1])
 
@@ -278,38 +309,42 @@ class GrammarSearch:
             self._closures[states] = frozenset(seen)
         return self._closures[states]
 
-    def _spelled(self, label: str) -> tuple[tuple[tuple[int, ...], str], ...]:
+    def _spelled(self, label: str, glued: bool = False) -> tuple[tuple[tuple[int, ...], str], ...]:
         """The ways the decoder writes a word: its tokens, and the mark its last token carries
-        where the tokenizer merges a mark into it ("to 50%." is " 50", "%."; "", most words)."""
-        if label not in self._spellings:
+        where the tokenizer merges a mark into it ("to 50%." is " 50", "%."; "", most words).
+        `glued`: after an elided word, also without its space."""
+        key = ("" if not glued else "\0") + label
+        if key not in self._spellings:
             ways: set[tuple[tuple[int, ...], str]] = set()
             forms = {label, label.lower(), label[:1].upper() + label[1:]}
-            for text in {p + f for f in forms for p in (("", " ") if label.startswith(BARE) else (" ",))}:
+            spaces = ("", " ") if glued or label.startswith(BARE) else (" ",)
+            for text in {p + f for f in forms for p in spaces}:
                 seq = tuple(self.encode(text))
                 ways.add((seq, ""))
                 for mark in MARKS:
                     merged = tuple(self.encode(text + mark))
                     if len(merged) == len(seq) and merged[:-1] == seq[:-1] and merged != seq:
                         ways.add((merged, mark))
-            self._spellings[label] = tuple(ways)
-        return self._spellings[label]
+            self._spellings[key] = tuple(ways)
+        return self._spellings[key]
 
-    def _out(self, states: frozenset[int]) -> _Out:
-        """The arcs out of `states` that say something, by the first token of their spellings."""
-        if states not in self._labelled:
+    def _out(self, states: frozenset[int], glued: bool = False) -> _Out:
+        """The arcs out of `states` that say something, by the first token of their spellings
+        (`glued`: after an elided word)."""
+        if (states, glued) not in self._labelled:
             self._room(self._labelled)
-            spelled: dict[int, list[tuple[tuple[int, ...], int, str]]] = {}
+            spelled: dict[int, list[tuple[tuple[int, ...], int, str, bool]]] = {}
             numbers: list[int] = []
             for label, to in dict.fromkeys((label, to) for s in states for label, to in self.graph.arcs.get(s, ())
                                            if label is not None):
                 if label == WordGraph.NUMBER:
                     numbers.append(to)
                 else:
-                    for seq, mark in self._spelled(label):
+                    for seq, mark in self._spelled(label, glued):
                         if seq:
-                            spelled.setdefault(seq[0], []).append((seq, to, mark))
-            self._labelled[states] = _Out({t: tuple(out) for t, out in spelled.items()}, tuple(numbers))
-        return self._labelled[states]
+                            spelled.setdefault(seq[0], []).append((seq, to, mark, label.endswith(ELIDED)))
+            self._labelled[states, glued] = _Out({t: tuple(out) for t, out in spelled.items()}, tuple(numbers))
+        return self._labelled[states, glued]
 
     def _allowed_after(self, where: _Where) -> np.ndarray:
         """The tokens the graph allows after `where`, in order."""
@@ -326,7 +361,7 @@ class GrammarSearch:
                     allowed |= self.marks if where.states & self.graph.finals else self.marks - self.ends
                 if where.states & self.graph.finals:
                     allowed.add(self.eot)
-                out = self._out(where.states)
+                out = self._out(where.states, where.after_elision)
                 allowed.update(out.spelled)
                 if out.numbers:
                     allowed |= self.spaced
@@ -350,11 +385,11 @@ class GrammarSearch:
             if token in self.ends:  # only the end of text may follow
                 return _Where(where.states & self.graph.finals, marked=True, ended=True)
             return _Where(where.states, marked=True)  # a mark between words: the same place, nothing under way
-        units = [_Unit(u.tokens, u.at + 1, u.to, u.mark) for u in where.units if u.tokens[u.at] == token]
-        out = self._out(where.states)
+        units = [_Unit(u.tokens, u.at + 1, u.to, u.mark, u.elided) for u in where.units if u.tokens[u.at] == token]
+        out = self._out(where.states, where.after_elision)
         number = (where.number if token in self.glued else frozenset(out.numbers) if token in self.spaced
                   else frozenset())
-        units += [_Unit(seq, 1, to, mark) for seq, to, mark in out.spelled.get(token, ())]
+        units += [_Unit(seq, 1, to, mark, elided) for seq, to, mark, elided in out.spelled.get(token, ())]
         going = tuple(u for u in units if u.at < len(u.tokens))
         done = frozenset(u.to for u in units if u.at == len(u.tokens) and not u.mark) | number
         marked = [u for u in units if u.at == len(u.tokens) and u.mark]
@@ -362,5 +397,6 @@ class GrammarSearch:
             states = self._close(frozenset(u.to for u in marked))
             ended = any(u.mark in ENDS for u in marked)
             return _Where(states & self.graph.finals if ended else states, going, marked=True, ended=ended)
-        return _Where(self._close(done) if done else frozenset(), going,
-                      number, decimal=where.decimal and token in self.glued)
+        elided = any(u.elided for u in units if u.at == len(u.tokens) and not u.mark)
+        return _Where(self._close(done) if done else frozenset(), going, number, marked=elided,
+                      decimal=where.decimal and token in self.glued, after_elision=elided)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeasr.asr.beam import BatchDecoderSession
+from edgeasr.asr.commands.budget import MATCH, UNLIMITED, ReadingBudget
 from edgeasr.asr.commands.grammar import GrammarSearch
 from edgeasr.asr.commands.mishearing import (
     letters_likeness,
@@ -79,26 +80,30 @@ class CommandHearing:
 
     def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
              vocabulary: Vocabulary, batch: BatchDecoderSession | None = None, prompt: bool = True,
-             unsure: bool = False) -> Heard | None:
+             unsure: bool = False, budget: ReadingBudget | None = None) -> Heard | None:
         """The command the window (its encoder output and silence level) says, `text` as
         decoded; None when it says none, WITHHELD when its text must not reach the home.
         `prompt`: the names go before the home's sentences (bench-commands measures without);
         `batch`: the search steps its hypotheses at once; `unsure`: the decoder did not know
-        the window (vocabulary.unsure)."""
-        intent = sentences.recognize(text)
+        the window (vocabulary.unsure); `budget`: what the reading may spend (none: no limit),
+        and where it counts what it did."""
+        budget = budget if budget is not None else ReadingBudget(UNLIMITED)
+        intent = _recognize(sentences, text, budget)
         if intent is not None and not intent.free:
             return Heard(text, intent)
         # a command through free-text slots only ("set a timer for 2 minutes in 30 seconds": a
         # delayed command) is read against the home's sentences like text that is no command
         taken = self._weigh(text, sentences, encoded, silence, options, vocabulary, batch, prompt,
-                            DOUBTFUL_LIKENESS if unsure else 0.0) if _has_letters(text) else None
+                            DOUBTFUL_LIKENESS if unsure else 0.0, budget) if _has_letters(text) else None
         return WITHHELD if taken is None and withheld(intent, unsure) else taken
 
     def _weigh(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
                vocabulary: Vocabulary, batch: BatchDecoderSession | None, prompt: bool,
-               likeness: float) -> Heard | None:
+               likeness: float, budget: ReadingBudget) -> Heard | None:
         """The home's sentence the window is taken to say instead of `text`, or None."""
+        search = self.search_for(sentences.graph())
         heard = self.tokenizer.encode(" " + text)
+        budget.for_text(len(heard))
         before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
         # one start for both readings; the text as decoded is scored in the same run
         primed = prime(self.decoder, encoded, options, silence, before, text=heard)
@@ -108,12 +113,14 @@ class CommandHearing:
         # near name's is still taken (searching down to NAME_MARGIN took more nonsense)
         sought = max(own - COMMAND_MARGIN, MIN_COMMAND_SCORE)
         # a command is about as long as what was heard: the search goes little further
-        held = self.search_for(sentences.graph()).search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
-                                                         batch=batch, floor=sought)
+        held = search.search(self.decoder, primed, max_tokens=2 * len(heard) + 4,
+                                                         batch=batch, floor=sought, budget=budget)
+        if budget.cut:  # its rivals not all found: no sentence is weighed
+            return None
         found = [(self.tokenizer.decode(tokens).strip(), score, len(tokens) + 1) for tokens, score in held]
         log.debug("the home's sentences %s against %.3f", found, own)
         return choose(text, own, found, sentences, [said for name in vocabulary.names for said in name.spoken],
-                      likeness)
+                      likeness, budget)
 
     def search_for(self, graph: WordGraph) -> GrammarSearch:
         """The search of a graph, kept while its vocabulary is in use."""
@@ -136,12 +143,24 @@ def withheld(intent: Intent | None, unsure: bool) -> bool:
     return unsure and intent is not None and bool(intent.free)
 
 
+def _recognize(sentences: Sentences, text: str, budget: ReadingBudget) -> Intent | None:
+    """Home Assistant's matcher on `text`, timed and counted on the budget."""
+    t0 = budget.clock()
+    intent = sentences.recognize(text)
+    budget.spent(MATCH, t0)
+    budget.matched += 1
+    return intent
+
+
 def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences: Sentences,
-           names: list[str], likeness: float = 0.0) -> Heard | None:
+           names: list[str], likeness: float = 0.0, budget: ReadingBudget | None = None) -> Heard | None:
     """Of the home's sentences the search found for a window (each with its mean log-probability
     per token and its tokens, likeliest first), the one `text`, as decoded and scored `own`, is
     taken to mean; None when none may be taken, when the likeliest spells less than `likeness`
-    of the text's letters alike, or when two that ask different things are alike likely."""
+    of the text's letters alike, or when two that ask different things are alike likely; None
+    too when `budget` does not afford reading one more with Home Assistant's matcher: a
+    sentence not weighed against its rivals is no action."""
+    budget = budget if budget is not None else ReadingBudget(UNLIMITED)
     lowest = max(own - max(COMMAND_MARGIN, NAME_MARGIN), MIN_COMMAND_SCORE)
     best: tuple[Heard, float] | None = None
     for sentence, score, tokens in found:
@@ -151,8 +170,11 @@ def choose(text: str, own: float, found: list[tuple[str, float, int]], sentences
         if best is not None and total < best[1] - AMBIGUOUS:
             continue  # no rival of the best: Home Assistant's matcher need not read it
         near = score >= own - COMMAND_MARGIN or names_misheard(sentence, text, names)
-        if (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)
-                and (meant := sentences.recognize(sentence)) is not None):
+        if not (near and misheard_as(sentence, text) and not names_alone_unlike(sentence, text, names)):
+            continue
+        if not budget.affords(MATCH):
+            return None
+        if (meant := _recognize(sentences, sentence, budget)) is not None:
             if best is None:
                 if names_unlike(sentence, text, names) or letters_likeness(sentence, text) < likeness:
                     return None  # the likeliest reading spells nothing of the text: no reading

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from edgeasr.asr.commands.vocabulary import MEANS
 from edgeasr.config import DecoderConfig
-from edgeasr.lab.evaluation.voice_commands import MEANS_ROW, ROWS, row_title
+from edgeasr.lab.evaluation.command_split import PARTS
+from edgeasr.lab.evaluation.voice_commands import DEFAULT_ROWS, MEANS_ROW, ROWS, row_title
 
 
 def register(subparsers) -> None:
@@ -22,10 +23,15 @@ def register(subparsers) -> None:
     p.add_argument("--home", dest="homes", type=Path, action="append", default=[], metavar="FILE",
                    help="the home file the set speaks of: once for every set, or once per --dataset in "
                    "their order (default: the set's own home.yaml, which models command-set writes)")
+    p.add_argument("--split", type=Path, default=None, metavar="FILE",
+                   help="the clips' parts (id, language, part: choose or report; lab/evaluation/command_split.py): "
+                   "each group is reported per part")
+    p.add_argument("--part", choices=PARTS, default=None,
+                   help="with --split: only the clips of this part (choose values on one, report on both)")
     p.add_argument("--model", type=Path, default=None, help="bundle (default: the embedded default)")
     p.add_argument("--threads", type=int, default=DecoderConfig().threads, help="onnxruntime threads of every row")
-    p.add_argument("--rows", default=",".join(ROWS),
-                   help=f"comma-separated rows to run (also {MEANS_ROW}MEANS, MEANS one or more of "
+    p.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+                   help=f"comma-separated rows to run, of {', '.join(ROWS)} (also {MEANS_ROW}MEANS, MEANS one or more of "
                    f"{'+'.join(MEANS)} joined by '+': the vocabulary heard by those means only)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json")
     p.set_defaults(func=main)

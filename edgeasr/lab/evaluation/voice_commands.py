@@ -54,9 +54,12 @@ if TYPE_CHECKING:
 ROWS = {
     "edgeasr": "edgeasr",
     "edgeasr-vocabulary": "edgeasr + the home's vocabulary",
+    "edgeasr-vocabulary-unbudgeted": "edgeasr + the home's vocabulary, the reading's time unbounded",
     "faster-whisper": "faster-whisper greedy",
     "faster-whisper-beam5-names": "faster-whisper beam 5 + names prompt",
 }
+UNBUDGETED = "edgeasr-vocabulary-unbudgeted"  # what the reading's budget cuts: asked for by --rows
+DEFAULT_ROWS = tuple(r for r in ROWS if r != UNBUDGETED)
 # the vocabulary heard by some of its means only (asr/vocabulary.MEANS), run when --rows names
 # them: edgeasr-prompt, edgeasr-boost+grammar, ...
 MEANS_ROW = "edgeasr-"
@@ -128,7 +131,11 @@ def same_intent(got: Intent | None, expected: Intent | None,
     return folded(got) == folded(expected)
 
 
-def read_items(set_dirs: list[Path], homes: list[Path]) -> list[Item]:
+def read_items(set_dirs: list[Path], homes: list[Path], split: Mapping[str, str] | None = None) -> list[Item]:
+    """The sets' utterances, each with its home. A set whose manifest has a `language` column
+    (several languages in one set) gives each home the rows in its language, grouped as
+    SET-LANGUAGE; with `split` (command_split.read_split), each group is cut in its parts
+    (SET-LANGUAGE choose, ... report)."""
     from edgeasr.home.names import load_home
     from edgeasr.home.sentences import HomeSentences
     from edgeasr.lab.evaluation.command_set import HOME_FILE, intent_from_json
@@ -143,15 +150,22 @@ def read_items(set_dirs: list[Path], homes: list[Path]) -> list[Item]:
         language = vocabulary.language or "en"
         home = Home(vocabulary, HomeSentences(vocabulary, language), language)
         for row in read_manifest(set_dir):
+            if row.get("language", language) != language:
+                continue  # another home's language
             expected = (intent_from_json(row["intent"]) if "intent" in row
                         else home.sentences.recognize(row["reference"]))
-            items.append(Item(row["id"], set_dir / row["file"], row["reference"], row.get("group") or set_dir.name,
-                              expected, home))
+            group = row.get("group") or (f"{set_dir.name}-{language}" if "language" in row else set_dir.name)
+            if split is not None:
+                if row["id"] not in split:
+                    raise UsageError(f"--split: {set_dir}: clip {row['id']} is in no part")
+                group = f"{group} {split[row['id']]}"
+            items.append(Item(row["id"], set_dir / row["file"], row["reference"], group, expected, home))
     return items
 
 
 def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray, Home], str]]:
     """Each row's function (audio, home) -> text."""
+    from edgeasr.asr.commands.budget import UNLIMITED
     from edgeasr.asr.commands.vocabulary import prompt_text
     from edgeasr.daemon import engine_for
 
@@ -168,6 +182,10 @@ def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray
         return lambda audio, home: heard.transcribe(audio, language=home.language, vocabulary=home.vocabulary).text
 
     runners.update({r: hearing_by(m) for r in rows if r not in runners and (m := means_of(r)) is not None})
+    if UNBUDGETED in rows:
+        unbounded = engine.variant(replace(engine.options, reading=UNLIMITED))
+        runners[UNBUDGETED] = lambda audio, home: unbounded.transcribe(
+            audio, language=home.language, vocabulary=home.vocabulary).text
     if any(r.startswith("faster-whisper") for r in rows):
         model = faster_whisper(bundle, args.threads)
         if model is None:
@@ -189,6 +207,7 @@ def run(args) -> dict:
     """Every row on every utterance, interleaved; the results per row, in the items' order."""
     from edgeasr.asr.engine import single_threaded_blas
     from edgeasr.audio.files import load_audio
+    from edgeasr.lab.evaluation.command_split import read_split
     from edgeasr.models.default import open_bundle
 
     rows = [r for r in args.rows.split(",") if r]
@@ -196,7 +215,11 @@ def run(args) -> dict:
     if unknown:
         raise UsageError(f"--rows: unknown {', '.join(unknown)} (known: {', '.join(ROWS)}, {MEANS_ROW}MEANS)")
     single_threaded_blas()  # every row, faster-whisper's too (its features use numpy as well)
-    items = read_items(args.set_dirs, args.homes)
+    split = read_split(args.split) if args.split else None
+    if args.part and split is None:
+        raise UsageError("--part: give the --split the part is of")
+    items = [i for i in read_items(args.set_dirs, args.homes, split)
+             if split is None or args.part in (None, split[i.id])]
     if not items:
         raise UsageError(f"--dataset: no utterances in {', '.join(map(str, args.set_dirs))}")
     bundle = open_bundle(row_config(args, {}))
