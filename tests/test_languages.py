@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeasr.asr.commands.heard import choose, withheld
+from edgeasr.asr.commands.reader import choose, withheld
 from edgeasr.asr.commands.vocabulary import AMBIGUOUS, DOUBTFUL_LIKENESS, unsure
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import HomeSentences
@@ -125,8 +125,7 @@ def test_a_withheld_reading_leaves_the_transcription_empty():
     nothing of it carried as the next window's prompt."""
     import numpy as np
 
-    from edgeasr.asr.commands.heard import WITHHELD
-    from edgeasr.asr.commands.reader import CommandReader, EncodedWindow
+    from edgeasr.asr.commands.reader import WITHHELD, CommandReader, EncodedWindow
     from edgeasr.asr.decoding import DecodingOptions
     from edgeasr.stages import TextSegment, Transcription
 

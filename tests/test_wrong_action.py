@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeasr.asr.commands.heard import _has_letters, choose
+from edgeasr.asr.commands.reader import _has_letters, choose
 from edgeasr.asr.commands.vocabulary import AMBIGUOUS
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import HomeSentences
@@ -102,8 +102,7 @@ def test_a_windows_log_probabilities_are_the_models_own_under_a_boost(tiny_bundl
 def test_a_command_read_as_decoded_writes_its_numbers_apart_from_their_units(held_out):
     """Whisper writes "a 10-minute timer"; Home Assistant 2025.4's matcher takes no command so
     written (newer ones do), and both take "a 10 minute timer": the reading writes it so."""
-    from edgeasr.asr.commands.heard import Heard
-    from edgeasr.asr.commands.reader import CommandReader, EncodedWindow
+    from edgeasr.asr.commands.reader import CommandReader, EncodedWindow, Heard
     from edgeasr.asr.decoding import DecodingOptions
     from edgeasr.stages import TextSegment, Transcription
 

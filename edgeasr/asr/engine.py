@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from edgeasr.asr.beam import BatchDecoderSession, BeamDecoder
 from edgeasr.asr.commands.budget import DEFAULT_BUDGET, BudgetOptions
 from edgeasr.asr.commands.grammar import ROWS as GRAMMAR_ROWS
-from edgeasr.asr.commands.heard import CommandHearing
+from edgeasr.asr.commands.reader import CommandHearing
 from edgeasr.asr.commands.vocabulary import MEANS
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, preset_options
 from edgeasr.asr.encoder import Encoder, create_encoder
