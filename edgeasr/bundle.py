@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeasr.errors import MissingInputError, ModelError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MANIFEST = "manifest.json"
 # sha256 sums already checked, by file size and mtime: a Pi need not hash 100 MB at every start
@@ -32,7 +36,8 @@ VERIFIED = ".verified.json"
 # reads the prompt's keys and values once for every hypothesis (prefix_k, prefix_v); 10:
 # decoder_score projects the positions from its input `first` on (a prompt and a text in one run),
 # and (optional within the format: either reads the other's) encoder_int8 may take any number of
-# frames, so that a window whose audio ends early is encoded over fewer
+# frames, so that a window whose audio ends early is encoded over fewer; optional within the
+# format, the shortlist extra (its roles below and the manifest's `shortlist` section)
 FORMAT = "edgeasr-bundle/10"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
@@ -45,11 +50,20 @@ ALIGN_ROLE = "decoder_align"
 BATCH_STEP_ROLE = "decoder_step_batch"
 # The decoder step with every position's logits: a text read by teacher forcing in one run (extra `beam`)
 SCORE_ROLE = "decoder_score"
+# The two-stage vocabulary projection (extra `shortlist`, models/shortlist.py): the step with a
+# first pass and the exact tail block, the projection's int8 rows for the host, a window's steps
+# verified at once, and one step's full projection
+SHORTLIST_STEP_ROLE = "decoder_step_shortlist"
+PROJECTION_ROWS_ROLE = "projection_rows"
+VERIFY_ROLE = "decoder_verify"
+PROJECT_ROLE = "decoder_project"
 # Roles that only a bundle imported with an extra holds (`edgeasr models import --with`)
 EXTRA_ROLES = {"encoder": "fp32 or --with hailo", "decoder_cross": "fp32", "decoder_step": "fp32",
                "decoder_align": "fp32", "hailo_decoder": "hailo", "encoder_30s": "30s",
                "decoder_step_batch": "beam", "decoder_step_batch_int8": "beam",
-               "decoder_score": "beam", "decoder_score_int8": "beam"}
+               "decoder_score": "beam", "decoder_score_int8": "beam",
+               "decoder_step_shortlist_int8": "shortlist", "projection_rows": "shortlist",
+               "decoder_verify_int8": "shortlist", "decoder_project_int8": "shortlist"}
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,8 @@ class Bundle:
     # decoding settings calibrated for these weights (`edgeasr models calibrate`); {} = none
     decoding: dict
     alignment_heads: tuple[tuple[int, int], ...] = ()  # [layer, head] pairs whose attention follows the audio
+    # the two-stage projection's numbers (manifest `shortlist`: rank, candidates, tail, basis); {} = none
+    shortlist: dict = field(default_factory=dict)
 
     def path(self, role: str) -> Path:
         """The file for a role (encoder, encoder_int8, decoder_step, tokenizer, ...)."""
@@ -126,6 +142,14 @@ class Bundle:
         """Is a graph there at the precision it runs at (a bundle imported without the fp32
         extra has only the int8 ones)?"""
         return self.has(_at(role, precision))
+
+
+def shortlist_text_ids(suppress_tokens, eot: int) -> np.ndarray:
+    """The text tokens the two-stage projection's first pass ranks: those below end-of-text that
+    no rule suppresses (the model's suppress_tokens), ascending."""
+    import numpy as np
+
+    return np.setdiff1d(np.arange(eot, dtype=np.int64), np.asarray(list(suppress_tokens), np.int64))
 
 
 def _at(role: str, precision: str) -> str:
@@ -219,6 +243,7 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
             silence_levels=tuple(m["silence_levels"]),
             decoding=dict(m.get("decoding", {}).get("values", {})),
             alignment_heads=tuple((int(layer), int(head)) for layer, head in m["alignment_heads"]),
+            shortlist=dict(m.get("shortlist", {})),
         )
     except (KeyError, TypeError) as exc:
         raise ModelError(f"{mpath}: incomplete manifest ({exc})") from exc

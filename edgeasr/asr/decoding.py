@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from edgeasr.asr.encoder import ort_session
-from edgeasr.bundle import SCORE_ROLE, SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
+from edgeasr.asr.shortlist import ShortlistProjection, ShortRow
+from edgeasr.bundle import SCORE_ROLE, SHORTLIST_STEP_ROLE, SILENCE_ROLE, TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import ConfigError, ModelError
 
@@ -168,13 +169,19 @@ class SilenceRows:
 
 class DecoderSession:
     def __init__(self, bundle: Bundle, precision: str = DecoderConfig.precision,
-                 threads: int = DecoderConfig.threads, spin: bool = DecoderConfig.spin) -> None:
+                 threads: int = DecoderConfig.threads, spin: bool = DecoderConfig.spin,
+                 projection: str = DecoderConfig.projection) -> None:
+        """`projection` "shortlist": the step is the bundle's two-stage one (`step_short`); `step`
+        then adds the full projection to it, the same logits to the bit."""
         self.bundle, self.spin = bundle, spin
+        if projection == "shortlist" and precision != "int8":
+            raise ConfigError("decoder.projection: shortlist needs decoder.precision int8")
+        self.shortlist = ShortlistProjection(bundle, threads) if projection == "shortlist" else None
         self.cross = ort_session(bundle.graph("decoder_cross", precision), threads)
         # the step is run token after token, ~0.2 ms apart (the logit rules): with `spin`, its
         # threads spin through the gap instead of sleeping (see encoder.ort_session)
-        self.step_session = ort_session(bundle.graph("decoder_step", precision), threads,
-                                        STEP_SPIN_US if spin else 0)
+        role = SHORTLIST_STEP_ROLE if self.shortlist is not None else "decoder_step"
+        self.step_session = ort_session(bundle.graph(role, precision), threads, STEP_SPIN_US if spin else 0)
         # per layer, self-attention K and V: the first `length` rows are filled
         self.cache = np.zeros((bundle.decoder_layers, 2, bundle.n_text_ctx, bundle.d_model), np.float32)
         self.embedding = TableRows(bundle.path(TOKEN_TABLE_ROLE))
@@ -183,8 +190,17 @@ class DecoderSession:
         self.scratch = np.zeros(bundle.n_vocab, np.float32)  # for the logit maths of the loop
         self.offset = np.zeros(1, np.int64)  # cached positions, the step's `offset` input
         self.binding = self.step_session.io_binding()
-        self.binding.bind_output("logits", "cpu", 0, np.float32, list(self.logits.shape),
-                                 self.logits.ctypes.data)
+        if self.shortlist is None:
+            self.binding.bind_output("logits", "cpu", 0, np.float32, list(self.logits.shape),
+                                     self.logits.ctypes.data)
+        else:  # the first pass's scores, the tail block's logits, the quantized hidden state
+            d, sl = bundle.d_model, self.shortlist
+            self._short: dict[str, np.ndarray] = {"scores": np.zeros((1, len(sl.text_ids)), np.float32),
+                           "tail_logits": np.zeros((1, len(sl.tail_ids)), np.float32),
+                           "hidden_q": np.zeros((1, d), np.uint8), "hidden_scale": np.zeros((), np.float32),
+                           "hidden_zp": np.zeros((), np.uint8)}
+            for name, array in self._short.items():
+                self.binding.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
         self.binding.bind_input("offset", "cpu", 0, np.int64, [1], self.offset.ctypes.data)
         for i in range(bundle.decoder_layers):
             for j, kind in enumerate("kv"):
@@ -266,6 +282,25 @@ class DecoderSession:
 
         They are the session's output buffer: valid until the next step, and the caller
         may change them in place (the logit rules do), which saves a copy per token."""
+        self._run(tokens)
+        if self.shortlist is not None:
+            short = self._short
+            self.logits[0] = self.shortlist.full(short["hidden_q"][0], float(short["hidden_scale"]),
+                                                 int(short["hidden_zp"]))
+        return self.logits[0]
+
+    def step_short(self, tokens: list[int]) -> ShortRow:
+        """`step` on the two-stage projection (decoder.projection: shortlist): the next token's
+        scores over its shortlist."""
+        if self.shortlist is None:
+            raise ValueError("the session has no two-stage projection")
+        self._run(tokens)
+        short = self._short
+        return self.shortlist.row(short["scores"][0], short["tail_logits"][0], short["hidden_q"][0],
+                                  float(short["hidden_scale"]), int(short["hidden_zp"]))
+
+    def _run(self, tokens: list[int]) -> None:
+        """The step graph on tokens after the cached ones; their cache rows appended."""
         n, p = len(tokens), self.length
         if p + n > self.cache.shape[2]:
             raise ValueError("decoder context is full")
@@ -276,7 +311,6 @@ class DecoderSession:
         self.step_session.run_with_iobinding(self.binding)
         self.cache[:, :, p : p + n] = self._new
         self.length = p + n
-        return self.logits[0]
 
     def every_logits(self, tokens: list[int], first: int = 0, keep: bool = False) -> np.ndarray | None:
         """The logits after each of tokens[first:] fed after the cached ones [n - first, n_vocab],

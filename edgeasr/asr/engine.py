@@ -141,8 +141,8 @@ def single_threaded_blas() -> None:
 def load_sessions(bundle: Bundle, encoder: EncoderConfig, decoder: DecoderConfig) -> EngineSessions:
     single_threaded_blas()
     return EngineSessions(bundle, create_encoder(bundle, encoder),
-                          DecoderSession(bundle, decoder.precision, decoder.threads, decoder.spin), decoder.precision,
-                          decoder.threads)
+                          DecoderSession(bundle, decoder.precision, decoder.threads, decoder.spin, decoder.projection),
+                          decoder.precision, decoder.threads)
 
 
 def decoding_options(model: ModelConfig, decoder: DecoderConfig, bundle: Bundle) -> DecodingOptions:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, feed_prompt, logprob_of_max, logsumexp
+from edgeasr.asr.greedy_shortlist import decode_shortlisted
 from edgeasr.asr.logits import LogitRules
 from edgeasr.errors import Cancelled
 
@@ -45,6 +46,10 @@ def decode_window(session: DecoderSession, audio_features: np.ndarray, options: 
     t1 = time.monotonic()
     logits, no_speech_prob, language = feed_prompt(session, options, prompt)
     cap = token_cap(session, options, window_s)
+    if session.shortlist is not None and rules.shortlisted and not sampled:
+        picked, picked_logprobs, capped = decode_shortlisted(session, rules, logits, cap, should_stop)
+        timings = {"cross_kv": (t1 - t0) * 1e3, "decoder": (time.monotonic() - t0) * 1e3, "steps": len(picked) + 1}
+        return WindowResult(picked, picked_logprobs, no_speech_prob, language, capped, timings)
     tokens: list[int] = []
     logprobs: list[float] = []
     hit_cap = True

@@ -8,7 +8,10 @@ end-of-text boost). A window's log-probabilities, which the quality gates judge,
 model's own after the first kind and before the second, whichever way the window is decoded.
 
 `logits` is the float32 vector for the next token (modified in place); `tokens` are the
-tokens generated so far in this window, after the prompt.
+tokens generated so far in this window, after the prompt. The rules that say which tokens may
+come also apply to a step's shortlist (`apply_short`, decoder.projection: shortlist: a few
+hundred tokens by id, asr/shortlist.py's ShortRow); the biases do not, and a window with one is
+decoded on the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from edgeasr.asr.decoding import DecodingOptions, logsumexp
+from edgeasr.asr.shortlist import ShortRow
 from edgeasr.bundle import Bundle, Tokens
 
 NEG_INF = -np.inf
@@ -57,6 +61,9 @@ class LogitRules:
         if any(a.biases and not b.biases for a, b in zip(self.rules, self.rules[1:])):
             raise ValueError("a rule that says which tokens may come follows one that biases")
         self.biased = any(r.biases for r in self.rules)
+        # every rule applies to a shortlist: none biases (a boost or a penalty weighs tokens that
+        # the first pass may have left out)
+        self.shortlisted = all(hasattr(r, "apply_short") for r in self.rules)
 
     @classmethod
     def for_window(cls, bundle: Bundle, options: DecodingOptions, window_s: float) -> LogitRules:
@@ -75,6 +82,11 @@ class LogitRules:
         if options.eos_threshold is not None:
             rules.append(EosBoost(tok.eot, options.eos_threshold))
         return cls(rules)
+
+    def apply_short(self, row: ShortRow, tokens: Sequence[int]) -> None:
+        """The rules on a step's shortlist, in place (only when `shortlisted`)."""
+        for rule in self.rules:
+            rule.apply_short(row, tokens)  # type: ignore[attr-defined]
 
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> np.ndarray | None:
         own = None
@@ -96,6 +108,9 @@ class SuppressTokens:
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
         logits[self.ids] = NEG_INF
 
+    def apply_short(self, row: ShortRow, tokens: Sequence[int]) -> None:
+        row.logits[row.at(self.ids)] = NEG_INF  # the first pass ranks no suppressed text token
+
 
 class SuppressBlank:
     """No blank as the first text token, and no end-of-text as the very first token
@@ -111,6 +126,12 @@ class SuppressBlank:
             logits[[self.blank, self.eot]] = NEG_INF
         elif all(t > self.eot for t in tokens):
             logits[self.blank] = NEG_INF
+
+    def apply_short(self, row: ShortRow, tokens: Sequence[int]) -> None:
+        if tokens and not all(t > self.eot for t in tokens):
+            return
+        row.logits[row.at([self.blank, self.eot] if not tokens else [self.blank])] = NEG_INF
+        row.masked_text += (self.blank,)  # masked whether or not it is a candidate
 
 
 class TimestampRules:
@@ -150,6 +171,37 @@ class TimestampRules:
         if time_max > text_max or (time_max + math.log(len(times)) > text_max
                                    and logsumexp(times) > text_max):
             logits[:b] = NEG_INF
+
+    def apply_short(self, row: ShortRow, tokens: Sequence[int]) -> None:
+        """`apply` on a shortlist: every timestamp a window allows is in it, so only the best text
+        logit may differ from the whole row's; it is recorded (`row.text_max`) for the window's
+        verification, with whether the text was still open when it was weighed."""
+        b, x = self.begin, row.logits
+        x[row.at([self.no_ts])] = NEG_INF
+        x[row.span(b + self.max_index + 1)] = NEG_INF
+        last_ts = len(tokens) >= 1 and tokens[-1] >= b
+        prev_ts = len(tokens) < 2 or tokens[-2] >= b
+        if last_ts:
+            if prev_ts:
+                x[row.span(b)] = NEG_INF
+            else:
+                x[row.span(0, self.eot)] = NEG_INF
+                row.text_open = False
+        stamps = [t for t in tokens if t >= b]
+        if stamps:
+            floor = stamps[-1] if last_ts and not prev_ts else stamps[-1] + 1
+            x[row.span(b, floor)] = NEG_INF
+        if not tokens:
+            x[row.span(0, b)] = NEG_INF
+            x[row.span(b + self.max_initial_index + 1)] = NEG_INF
+            row.text_open = False
+        text = row.span(0, b)
+        text_max, times = float(np.max(x[text])), x[text.stop :]
+        time_max = float(np.max(times))
+        row.text_max = text_max
+        if time_max > text_max or (time_max + math.log(len(times)) > text_max
+                                   and logsumexp(times) > text_max):
+            x[text] = NEG_INF
 
 
 class RepetitionPenalty:

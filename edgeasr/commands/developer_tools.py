@@ -19,7 +19,7 @@ from edgeasr.errors import LabNotInstalledError
 LAB = "edgeasr.lab"
 # edgeasr/lab/commands/ registers exactly these (tests/test_lab_commands.py)
 COMMANDS = ("bench", "bench-wyoming", "bench-decoder", "bench-streams", "bench-commands", "bench-assist")
-MODELS_ACTIONS = ("calibrate", "ablate", "lint-hailo", "calib", "compile-hef", "command-set")
+MODELS_ACTIONS = ("calibrate", "ablate", "lint-hailo", "calib", "compile-hef", "command-set", "fit-shortlist")
 
 
 def lab_installed() -> bool:

@@ -18,7 +18,10 @@ graphs for other uses:
   decoder_score.int8.onnx, the step with every position's logits (texts read by teacher forcing);
 - hailo: the Hailo-ready fp32 encoder.onnx (lint-hailo, compile-hef) and hailo_decoder.onnx
   (the full-NPU reference decoder);
-- 30s: encoder_30s.onnx (the benchmark's 30 s reference row).
+- 30s: encoder_30s.onnx (the benchmark's 30 s reference row);
+- shortlist: the two-stage vocabulary projection (models/shortlist.py: decoder_step_shortlist,
+  decoder_verify and decoder_project, int8, and projection_rows.int8.npy), for
+  decoder.projection: shortlist.
 Only numpy, onnx and onnxruntime are needed, so a device can import from its own packages.
 """
 
@@ -54,7 +57,7 @@ SILENCE_ROWS = "silence_rows.npy"
 # loudest recordings' clamp level (8 decades below their maximum)
 SILENCE_STEP = 0.1
 SILENCE_COUNT = 16
-EXTRAS = ("fp32", "hailo", "30s", "beam")
+EXTRAS = ("fp32", "hailo", "30s", "beam", "shortlist")
 DEFAULT_WINDOW_S = 10.0  # the encoder window unless --window-s says otherwise
 
 
@@ -230,6 +233,7 @@ class BundleFiles:
     def __init__(self, out: Path, ckpt: Checkpoint) -> None:
         self.out, self.ckpt = out, ckpt
         self.roles: dict[str, str] = {}
+        self.sections: dict[str, dict] = {}  # manifest sections an extra adds (`shortlist`)
 
     def cpu_graph(self, role: str, build, *args, keep_fp32: bool,
                   keep_float: Callable[[Any], list[str]] = _all_int8) -> None:
@@ -278,6 +282,25 @@ class BundleFiles:
         else:
             self.roles.update(write_token_table(self.ckpt, self.out))
 
+    def shortlist(self, window: EncoderWindow) -> None:
+        """The two-stage projection's files from the int8 step, and its manifest section. The
+        first pass's basis is the one fitted on real decodes of these weights where edgeasr ships
+        it, else the data-free one (models/shortlist.py)."""
+        from edgeasr.models import shortlist
+
+        tokens = special_tokens(self.ckpt.tokenizer_json, self.ckpt.dims.n_vocab)
+        basis = shortlist.known_basis(self.ckpt.source.get("sha256", ""))
+        kind = "fit" if basis is not None else "svd"
+        step = self.out / self.roles["decoder_step_int8"]
+        tail = [tokens["eot"], tokens["timestamp_begin"] + window.n_positions + 1]
+        if basis is None:
+            basis = shortlist.svd_basis(shortlist.text_rows(step, self.ckpt.suppress_tokens, tokens["eot"]))
+        roles, weight_scale = shortlist.write_shortlist(step, self.out, self.ckpt.suppress_tokens, tail[0],
+                                                        tail[1], basis)
+        self.roles.update(roles)
+        self.sections["shortlist"] = {"rank": int(basis.shape[1]), "candidates": shortlist.CANDIDATES,
+                                      "tail": tail, "weight_scale": weight_scale, "basis": kind}
+
     def tokenizer(self) -> None:
         shutil.copyfile(self.ckpt.tokenizer_json, self.out / "tokenizer.json")
         self.roles["tokenizer"] = "tokenizer.json"
@@ -303,6 +326,8 @@ def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[st
     step_float = decoder_step_float(ckpt)
     steps.run("decoder step", files.cpu_graph, "decoder_step", graphs.decoder_step,
               keep_fp32=fp32, keep_float=step_float)
+    if "shortlist" in extras:
+        steps.run("two-stage projection", files.shortlist, window)
     # small (the decoder's layers without the vocabulary projection: 18 MB for tiny, 47 MB
     # for base): in the default bundle, so that output.words works with any bundle
     if ckpt.alignment_heads:
@@ -368,6 +393,7 @@ def write_manifest(files: BundleFiles, window: EncoderWindow, extras: frozenset[
         "alignment_heads": ckpt.alignment_heads,
         "silence_levels": levels,
         "tensors": tensor_names(ckpt, window),
+        **files.sections,
         "export_timings_s": timings,
         "files": files.entries(),
     }
@@ -383,7 +409,7 @@ def import_model(sources: list[str], out: Path, window_s: float = DEFAULT_WINDOW
     extras = check_extras(extras)
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=8 + 2 * ("beam" in extras))
+    steps = _Steps(total=8 + 2 * ("beam" in extras) + ("shortlist" in extras))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     window = encoder_window(window_s, ckpt.dims)

@@ -28,7 +28,9 @@ from edgeasr.errors import ModelError, OutputError
 
 LAYER_NORM_EPS = 1e-5  # Whisper's nn.LayerNorm default
 NATIVE_LAYER_NORM_OPSET = 17  # LayerNormalization exists from opset 17 on
-_DTYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+_DTYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
+           np.dtype(np.int32): TensorProto.INT32, np.dtype(np.uint8): TensorProto.UINT8,
+           np.dtype(np.int8): TensorProto.INT8}
 
 
 def onnx_name(hf_name: str) -> str:
@@ -71,6 +73,10 @@ class GraphBuilder:
         """A float32 scalar initializer (GELU's and the norms' constants, the attention scale)."""
         return self._initializer(name, np.asarray(value, dtype=np.float32))
 
+    def constant(self, name: str, array: np.ndarray) -> str:
+        """An initializer of the array's own dtype (int8 weights, their zero points)."""
+        return self._initializer(name, np.asarray(array))
+
     def _initializer(self, name: str, array: np.ndarray) -> str:
         if name in self.initializers:
             if not np.array_equal(numpy_helper.to_array(self.initializers[name]), array):
@@ -88,15 +94,27 @@ class GraphBuilder:
         finally:
             self._scope.pop()
 
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs) -> str:
-        """Append one node; returns the name of its (single) output."""
+    def _name(self, op_type: str) -> str:
+        """The next node's name: scoped, with a _1, _2 suffix when taken."""
         base = "/".join(["", *self._scope, op_type])
         count = self._uses[base]
         self._uses[base] += 1
-        name = base if count == 0 else f"{base}_{count}"
+        return base if count == 0 else f"{base}_{count}"
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs) -> str:
+        """Append one node; returns the name of its (single) output."""
+        name = self._name(op_type)
         output = out or f"{name}_output_0"
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, **attrs))
         return output
+
+    def op_n(self, op_type: str, count: int, *inputs: str, out: list[str | None] | None = None,
+             **attrs) -> list[str]:
+        """Append one node of `count` outputs (named by `out` where not None); returns their names."""
+        name = self._name(op_type)
+        outputs = [o or f"{name}_output_{i}" for i, o in enumerate(out or [None] * count)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outputs, name=name, **attrs))
+        return outputs
 
     def model(self, name: str) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs,

@@ -55,15 +55,16 @@ def markdown(report: dict) -> str:
             "total_ms_p90", "cpu_ms_median", "decoder_ms_per_token", "decoder_ms_per_token_median", "wer",
             "cer", "peak_rss_mb"]
     head = ("| row | enc ms/window | enc ms | dec ms | total ms (median) | total ms (p90) | CPU ms (median)"
-            " | dec ms/token (all) | dec ms/token (median) | WER | CER | peak RSS MB |")
-    lines = [head, "|" + "---|" * (len(cols) + 1)]
+            " | dec ms/token (all) | dec ms/token (median) | WER | CER | peak RSS MB | MB/token (weights + cross"
+            " K/V + self K/V) |")
+    lines = [head, "|" + "---|" * (len(cols) + 2)]
     for name, row in report["rows"].items():
         if "skipped" in row:
-            lines.append(f"| {ROWS.get(name, name)} | {row['skipped']} |" + " |" * (len(cols) - 1))
+            lines.append(f"| {ROWS.get(name, name)} | {row['skipped']} |" + " |" * len(cols))
             continue
         cells = ["n/a" if row[c] is None else (f"{row[c]:.2%}" if c in ("wer", "cer") else f"{row[c]:g}")
                  for c in cols]
-        lines.append(f"| {ROWS.get(name, name)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {ROWS.get(name, name)} | " + " | ".join(cells) + f" | {_bytes_cell(row.get('bytes_per_token'))} |")
     lines += _accuracy_table(report["rows"])
     lines += ["", "| preset | WER | runaway windows | total ms (median) |", "|---|---|---|---|"]
     for name, row in report.get("presets", {}).items():
@@ -81,6 +82,13 @@ def markdown(report: dict) -> str:
     if "cpu_weight" in report:
         lines.append("\ncpu cgroup weights: " + ", ".join(f"{who} {w}" for who, w in report["cpu_weight"].items()))
     return "\n".join(lines)
+
+
+def _bytes_cell(b: dict | None) -> str:
+    """What a row's decoder step reads per token: total (weights + cross K/V + self K/V), MB."""
+    if not b:
+        return "n/a"
+    return f"{b['total_mb']:g} ({b['weights_mb']:g} + {b['cross_kv_mb']:g} + {b['self_kv_mb']:g})"
 
 
 def _load_table(loads: dict) -> list[str]:

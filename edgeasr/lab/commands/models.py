@@ -1,6 +1,6 @@
 """The lab's actions of `edgeasr models`: the decoding calibrated and the text rules ablated on
-labelled sets, spoken command sets made, and the Hailo compiler's steps (lint-hailo, calib,
-compile-hef). The product's own actions (import, weights) are in edgeasr/commands/models.py."""
+labelled sets, spoken command sets made, the two-stage projection's first pass fitted
+(fit-shortlist), and the Hailo compiler's steps (lint-hailo, calib, compile-hef). The product's own actions (import, weights) are in edgeasr/commands/models.py."""
 
 from __future__ import annotations
 
@@ -67,6 +67,17 @@ def register(sub) -> None:
                     help="only commands as people most often say them, by piper, clean (English)")
     cs.set_defaults(func=_command_set)
 
+    fit = sub.add_parser("fit-shortlist", help="fit the two-stage projection's first pass of a bundle imported "
+                         "--with shortlist on real decodes of labelled speech, in every language it is to serve")
+    fit.add_argument("bundle", type=Path, metavar="BUNDLE")
+    fit.add_argument("--dataset", type=Path, action="append", required=True, metavar="DIR",
+                     help="a directory with manifest.tsv (id, file, and optionally language), or such a .tsv; "
+                     "repeat it to pool several sets")
+    fit.add_argument("--threads", type=int, default=DecoderConfig().threads)
+    fit.add_argument("--known", action="store_true", help="also keep the basis for these weights in "
+                     "edgeasr/models/shortlist/ (what `edgeasr models import` gives them)")
+    fit.set_defaults(func=_fit_shortlist)
+
 
 def _calibrate(args: argparse.Namespace) -> int:
     from edgeasr.bundle import load_bundle
@@ -123,6 +134,13 @@ def _compile_hef(args: argparse.Namespace) -> int:
     for command in compile_hef(args.bundle, args.arch, args.calib, args.out, args.dry_run):
         if args.dry_run:
             print(command)
+    return 0
+
+
+def _fit_shortlist(args: argparse.Namespace) -> int:
+    from edgeasr.lab.evaluation.shortlist_fit import fit
+
+    print(json.dumps(fit(args.bundle, args.dataset, args.threads, args.known), indent=2))
     return 0
 
 

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from edgeasr.config import DECODER_PRESETS
-from edgeasr.lab.evaluation.bench_rows import ROWS
+from edgeasr.lab.evaluation.bench_rows import DECODER_ROWS, ROWS
 from edgeasr.lab.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
 from edgeasr.lab.evaluation.load import parse_loads
 from edgeasr.lab.evaluation.runs import row_config
@@ -43,6 +43,7 @@ def run(args) -> dict:
     for row in [r for r in args.rows.split(",") if r]:
         print(f"bench: {ROWS.get(row, row)} ...", file=sys.stderr)
         report["rows"][row] = summarize(_child(args, row), scorer)
+        report["rows"][row]["bytes_per_token"] = _bytes(bundle, args, row, report["rows"][row])
     if not args.no_presets:
         for preset in DECODER_PRESETS:
             print(f"bench: preset {preset} ...", file=sys.stderr)
@@ -106,6 +107,18 @@ def summarize(data: dict, scorer: Scorer) -> dict:
         "runaway_windows": sum(r["runaway"] for r in res),
         "peak_rss_mb": round(data["peak_rss_mb"], 1),
     }
+
+
+def _bytes(bundle, args, row: str, summary: dict) -> dict | None:
+    """The row's bytes read per token (evaluation/token_bytes.py), for our rows that decode on the CPU."""
+    from edgeasr.lab.evaluation.token_bytes import token_bytes
+
+    if row not in DECODER_ROWS or "skipped" in summary or not summary.get("windows"):
+        return None
+    decoder = row_config(args, {}).decoder
+    precision = "fp32" if row == "30s-fp32" else decoder.precision
+    return token_bytes(bundle, precision, "full" if row == "30s-fp32" else decoder.projection,
+                       summary["decoder_steps"] / summary["windows"]).as_dict()
 
 
 def _child_cmd(args, row: str, preset: str | None = None) -> list[str]:

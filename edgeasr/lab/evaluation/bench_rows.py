@@ -23,6 +23,7 @@ ROWS = {
     "faster-whisper": "faster-whisper int8, greedy",
     "faster-whisper-beam5": "faster-whisper int8, beam 5",
 }
+DECODER_ROWS = ("30s-fp32", "10s-int8", "hybrid-hailo")  # ours, with the cached CPU decoder
 
 
 def _engine_row(bundle, args, row: str):

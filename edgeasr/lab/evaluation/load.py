@@ -2,8 +2,10 @@
 
 A load is a named set of neighbours: `busy1` one CPU-bound spinner pinned to the first core,
 `busy2` one spinner on each of the first two cores, `wakeful` one process that wakes every
-few milliseconds and works about one (as Home Assistant's event loop and recorder do), `idle`
-none. Every neighbour is started once and then paused and resumed (SIGSTOP / SIGCONT), so
+few milliseconds and works about one (as Home Assistant's event loop and recorder do),
+`stream1` one process on the first core that streams a few hundred MB through memory over and
+over (so that the last-level cache no longer holds the decoder's weights: a stand-in for a
+device whose cache is far smaller than them, as a Raspberry Pi 5's 2 MB), `idle` none. Every neighbour is started once and then paused and resumed (SIGSTOP / SIGCONT), so
 that loads can take turns on every utterance as the rows do. Neighbours die with the bench:
 the kernel kills them when their parent goes (PR_SET_PDEATHSIG), and `Neighbours.close` ends
 them on any ordinary exit.
@@ -24,13 +26,14 @@ from edgeasr.errors import UsageError
 
 WAKE_PERIOD_S = 0.005  # a neighbour that wakes every 5 ms ...
 WAKE_WORK_S = 0.001  # ... and works 1 ms each time: 20 % of a core, in many short spells
+STREAM_BYTES = 256 * 2**20  # the streaming neighbour's buffer: 8x a 32 MB L3, so each pass evicts it
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
 class Neighbour:
-    kind: str  # "spin" or "wake"
+    kind: str  # "spin", "wake" or "stream"
     cpu: int | None  # the core it is pinned to, None: any
 
 
@@ -39,6 +42,7 @@ LOADS: dict[str, tuple[Neighbour, ...]] = {
     "busy1": (Neighbour("spin", 0),),
     "busy2": (Neighbour("spin", 0), Neighbour("spin", 1)),
     "wakeful": (Neighbour("wake", None),),
+    "stream1": (Neighbour("stream", 0),),
 }
 
 
@@ -121,9 +125,17 @@ def wake(clock=time.monotonic) -> None:
         time.sleep(WAKE_PERIOD_S - WAKE_WORK_S)
 
 
+def stream() -> None:
+    import numpy as np
+
+    buffer = np.ones(STREAM_BYTES // 4, np.float32)
+    while True:
+        buffer += 1.0  # reads and writes every byte
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="a neighbour process of `edgeasr bench --load`")
-    p.add_argument("kind", choices=("spin", "wake"))
+    p.add_argument("kind", choices=("spin", "wake", "stream"))
     p.add_argument("parent", type=int)
     p.add_argument("cpu", type=int, nargs="?")
     args = p.parse_args(argv)
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     print("ready", flush=True)
-    (spin if args.kind == "spin" else wake)()
+    {"spin": spin, "wake": wake, "stream": stream}[args.kind]()
 
 
 if __name__ == "__main__":
