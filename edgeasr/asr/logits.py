@@ -104,12 +104,16 @@ class SuppressTokens:
 
     def __init__(self, ids: Sequence[int]) -> None:
         self.ids = np.asarray(sorted(set(ids)), dtype=np.int64)
+        self._in_tail: np.ndarray | None = None  # their positions in a shortlist, once
 
     def apply(self, logits: np.ndarray, tokens: Sequence[int]) -> None:
         logits[self.ids] = NEG_INF
 
     def apply_short(self, row: ShortRow, tokens: Sequence[int]) -> None:
-        row.logits[row.at(self.ids)] = NEG_INF  # the first pass ranks no suppressed text token
+        # the first pass ranks no suppressed token: they are in the tail block, which every step has
+        if self._in_tail is None:
+            self._in_tail = row.at(self.ids) - row.n_text
+        row.logits[row.n_text + self._in_tail] = NEG_INF
 
 
 class SuppressBlank:

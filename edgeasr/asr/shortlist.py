@@ -36,7 +36,8 @@ class ShortRow:
 
     ids: np.ndarray  # int64, ascending: the first pass's candidates, then the tail block
     logits: np.ndarray  # float32: the exact logit of each id
-    n_text: int  # ids[:n_text] are the candidates (text tokens)
+    n_text: int  # ids[:n_text] are the candidates (text tokens); the tail block follows, every id
+    # from its first (end-of-text) on: a tail id's position is arithmetic
     q: np.ndarray  # the hidden state as the projection quantizes it: uint8 [d] ...
     zp: int  # ... its zero point
     scale: float  # ... and scale
@@ -46,14 +47,22 @@ class ShortRow:
 
     def span(self, start: int, stop: int | None = None) -> slice:
         """The positions of the ids in [start, stop)."""
-        lo = int(np.searchsorted(self.ids, start))
-        return slice(lo, None if stop is None else int(np.searchsorted(self.ids, stop)))
+        return slice(self._position(start), None if stop is None else self._position(stop))
 
     def at(self, ids) -> np.ndarray:
         """The positions of those of `ids` that are in the shortlist."""
         ids = np.asarray(ids, np.int64)
-        pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        tail = int(self.ids[self.n_text])
+        pos = np.where(ids >= tail, self.n_text + ids - tail, np.searchsorted(self.ids[: self.n_text], ids))
+        pos = np.minimum(pos, len(self.ids) - 1)
         return pos[self.ids[pos] == ids]
+
+    def _position(self, token: int) -> int:
+        """Where `token` is or would be in the ids."""
+        tail = int(self.ids[self.n_text])
+        if token >= tail:
+            return min(self.n_text + token - tail, len(self.ids))
+        return int(np.searchsorted(self.ids[: self.n_text], token))
 
     def pick(self) -> int:
         """The likeliest token (the lowest id among equals, as argmax over the whole row)."""
