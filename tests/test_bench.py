@@ -28,6 +28,10 @@ def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
         assert row["total_ms_median"] > 0 and row["cpu_ms_median"] > 0
     assert rows["10s-int8"]["encoder_ms_per_window"] > 0 and rows["10s-int8"]["decoder_ms_per_token"] > 0
     assert rows["10s-int8"]["decoder_ms_per_token_median"] > 0
+    # tiny.en's int8 step: 8.4 MB of layers, 19.9 MB of projection; 501 positions of cross K/V
+    read = rows["10s-int8"]["bytes_per_token"]
+    assert 27 < read["weights_mb"] < 30 and 6 < read["cross_kv_mb"] < 6.5 and 0 < read["self_kv_mb"] < 1
+    assert rows["faster-whisper"]["bytes_per_token"] is None
     for name in ("10s-int8", "full-npu-ref"):  # a pass per token and one for end-of-text, per window
         assert rows[name]["decoder_steps"] > rows[name]["windows"] >= 3, name
     assert set(report["presets"]) == {"conservative", "balanced", "aggressive"}

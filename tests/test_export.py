@@ -96,10 +96,12 @@ def test_manifest_describes_the_bundle(tiny_bundle):
     assert len(m["source"]["sha256"]) == 64 and m["edgeasr_version"]
     assert len(m["suppress_tokens"]) > 80 and m["begin_suppress_tokens"] == [220, 50256]
     assert m["alignment_heads"] and m["files"]["encoder"]["bytes"] > 1e6
-    assert m["extras"] == ["30s", "beam", "fp32", "hailo"]
+    assert m["extras"] == ["30s", "beam", "fp32", "hailo", "shortlist"]
     assert set(m["files"]) == DEFAULT_ROLES | {"encoder", "decoder_cross", "decoder_step", "decoder_align",
                                                "decoder_step_batch", "decoder_step_batch_int8",
-                                               "decoder_score", "decoder_score_int8", "hailo_decoder", "encoder_30s"}
+                                               "decoder_score", "decoder_score_int8", "hailo_decoder", "encoder_30s",
+                                               "decoder_step_shortlist_int8", "projection_rows",
+                                               "decoder_verify_int8", "decoder_project_int8"}
 
 
 def test_default_bundle_holds_what_the_runtime_reads(tiny_default_bundle, dev_dir, dev_manifest):

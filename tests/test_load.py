@@ -9,16 +9,18 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from edgeasr.errors import UsageError
 from edgeasr.lab.evaluation.cpu_groups import DEFAULT_WEIGHT, CpuGroups, parse_weight
-from edgeasr.lab.evaluation.load import LOADS, Neighbours, parse_loads
+from edgeasr.lab.evaluation.load import LOADS, STREAM_BYTES, Neighbours, parse_loads
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_WAIT_MS = 10_000
+STREAM_WAIT_S = 30.0  # for the streaming neighbour to write its buffer once (a loaded machine)
 
 
 def _state_change(pid: int, flag: int) -> int:
@@ -43,7 +45,7 @@ def _exits(pid: int) -> bool:
 
 
 def test_loads_are_named_and_an_unknown_one_is_refused():
-    assert parse_loads("idle,busy1,busy2,wakeful") == ["idle", "busy1", "busy2", "wakeful"]
+    assert parse_loads("idle,busy1,busy2,wakeful,stream1") == ["idle", "busy1", "busy2", "wakeful", "stream1"]
     assert LOADS["idle"] == () and len(LOADS["busy2"]) == 2
     with pytest.raises(UsageError, match="'busy9'"):
         parse_loads("idle,busy9")
@@ -65,6 +67,22 @@ def test_each_load_runs_its_neighbours_alone_and_close_ends_them():
             code = _state_change(proc.pid, os.WCONTINUED if n.kind == "wake" else os.WSTOPPED)
             assert code == (os.CLD_CONTINUED if n.kind == "wake" else os.CLD_STOPPED)
     assert all(proc.returncode is not None for proc in procs.values())
+
+
+def test_the_streaming_neighbour_holds_its_buffer_and_keeps_writing_it():
+    with Neighbours(["stream1"]) as neighbours:
+        neighbours.use("stream1")
+        (proc,) = neighbours.procs.values()
+
+        def resident() -> int:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            return 1024 * int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])
+
+        deadline = time.monotonic() + STREAM_WAIT_S
+        while resident() < STREAM_BYTES and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert resident() >= STREAM_BYTES  # written through: every page is resident
+        assert proc.poll() is None
 
 
 def test_neighbours_die_with_a_killed_bench():

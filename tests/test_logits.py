@@ -8,11 +8,13 @@ import pytest
 from edgeasr.asr.decoding import logprob_of_max
 from edgeasr.asr.logits import (
     EosBoost,
+    LogitRules,
     RepetitionPenalty,
     SuppressBlank,
     SuppressTokens,
     TimestampRules,
 )
+from edgeasr.asr.shortlist import ShortRow
 from edgeasr.bundle import Tokens
 
 TOK = Tokens(eot=10, sot=11, translate=12, transcribe=13, sot_lm=14, sot_prev=15, no_speech=16,
@@ -116,3 +118,34 @@ def test_logprob_of_max_is_the_log_softmax_of_the_greedy_pick():
     only = np.full(V, -np.inf, np.float32)
     only[10] = 3.0  # EosBoost left end-of-text alone: it is certain
     assert logprob_of_max(only, 10, np.empty_like(only)) == 0.0
+
+
+HISTORIES = [[], [20], [20, 5], [20, 5, 24], [20, 5, 24, 24], [20, 5, 24, 24, 7], [21, 3]]
+
+
+@pytest.mark.parametrize("tokens", HISTORIES)
+@pytest.mark.parametrize("seed", range(10))
+def test_the_rules_on_a_shortlist_are_the_rules_on_its_tokens(tokens, seed):
+    """A shortlist: text candidates 1, 3, 4, 7 (the blank among them), then every token from
+    end-of-text on. Where the best text token is a candidate, each rule leaves its tokens as on the
+    whole row; the timestamp rule records the best text logit it weighed and whether text was open."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 3, V).astype(np.float32)
+    x[20:] += rng.uniform(-3, 3)
+    x[[0, 2, 5, 6, 8, 9]] = np.minimum(x[[0, 2, 5, 6, 8, 9]], x[[1, 3, 4, 7]].max() - 0.5)
+    ids = np.array([1, 3, 4, 7, *range(10, V)])
+    row = ShortRow(ids, x[ids].copy(), 4, np.zeros(4, np.uint8), 0, 1.0)
+    rules = LogitRules([SuppressTokens([1, 16]), SuppressBlank(TOK.blank, TOK.eot),
+                        TimestampRules(TOK, max_initial_index=2, max_index=8)])
+    assert rules.shortlisted
+    rules.apply(x, tokens)
+    rules.apply_short(row, tokens)
+    np.testing.assert_array_equal(row.logits, x[ids])
+    closing = len(tokens) >= 2 and tokens[-1] >= 20 > tokens[-2]  # text, then an opening timestamp
+    assert row.text_open == (bool(tokens) and not closing)
+    assert (TOK.blank in row.masked_text) == all(t > TOK.eot for t in tokens)
+
+
+def test_a_bias_keeps_a_window_off_the_shortlist():
+    rules = LogitRules([SuppressTokens([1]), RepetitionPenalty(1.3, 8, TOK.eot)])
+    assert not rules.shortlisted

@@ -203,6 +203,15 @@ def _decoder_spin(lab: Lab) -> None:
     assert lab.transcribe({"decoder.spin": True}, SPEECH).text == lab.transcribe({}, SPEECH).text
 
 
+@rows.observe("decoder.projection", "model")
+def _decoder_projection(lab: Lab) -> None:
+    """The greedy steps are taken on shortlists (counted), and the text is the full projection's."""
+    engine = lab.engine({"decoder.projection": "shortlist"})
+    assert lab.transcribe({"decoder.projection": "shortlist"}, SPEECH).text == lab.transcribe({}, SPEECH).text
+    assert engine.sessions.decoder.shortlist.counts.steps > 0
+    assert lab.engine({}).sessions.decoder.shortlist is None
+
+
 @rows.observe("decoder.encoder_padding", "model")
 def _decoder_encoder_padding(lab: Lab) -> None:
     """The decoder sees the 2.8 s of audio only, not the window padded with silence: it is surer
