@@ -65,6 +65,9 @@ def markdown(report: dict) -> str:
         cells = ["n/a" if row[c] is None else (f"{row[c]:.2%}" if c in ("wer", "cer") else f"{row[c]:g}")
                  for c in cols]
         lines.append(f"| {ROWS.get(name, name)} | " + " | ".join(cells) + f" | {_bytes_cell(row.get('bytes_per_token'))} |")
+    lines += [f"\n{ROWS.get(name, name)}, two-stage projection: {row['shortlist_steps']} steps on a shortlist, "
+              f"{row['shortlist_rollbacks']} taken again from the full row" for name, row in report["rows"].items()
+              if "shortlist_steps" in row]
     lines += _accuracy_table(report["rows"])
     lines += ["", "| preset | WER | runaway windows | total ms (median) |", "|---|---|---|---|"]
     for name, row in report.get("presets", {}).items():

@@ -105,6 +105,9 @@ def summarize(data: dict, scorer: Scorer) -> dict:
         "groups": {name: {"wer": round(g.wer, 4), "cer": round(g.cer, 4), "deletions": g.deletions}
                    for name, g in scorer.per_group(hyps).items()},
         "runaway_windows": sum(r["runaway"] for r in res),
+        **({"shortlist_steps": sum(r["shortlist_steps"] for r in res),
+            "shortlist_rollbacks": sum(r["shortlist_rollbacks"] for r in res)} if res and "shortlist_steps" in res[0]
+           else {}),
         "peak_rss_mb": round(data["peak_rss_mb"], 1),
     }
 

@@ -47,12 +47,18 @@ def _engine_row(bundle, args, row: str):
 
 
 def _run_engine(engine, audio) -> dict:
+    shortlist = engine.sessions.decoder.shortlist  # decoder.projection: shortlist
+    before = dataclasses.replace(shortlist.counts) if shortlist is not None else None
     t0 = time.monotonic()
     r = engine.transcribe(audio)
     total = (time.monotonic() - t0) * 1e3
-    return {"text": r.text, "total_ms": total, "encoder_ms": r.timings_ms["encoder"],
-            "decoder_ms": r.timings_ms["decoder"], "steps": r.decoder_steps, "runaway": r.runaway_windows,
-            "windows": r.windows}
+    out = {"text": r.text, "total_ms": total, "encoder_ms": r.timings_ms["encoder"],
+           "decoder_ms": r.timings_ms["decoder"], "steps": r.decoder_steps, "runaway": r.runaway_windows,
+           "windows": r.windows}
+    if shortlist is not None and before is not None:  # steps taken on a shortlist, and those redone
+        out.update(shortlist_steps=shortlist.counts.steps - before.steps,
+                   shortlist_rollbacks=shortlist.counts.rollbacks - before.rollbacks)
+    return out
 
 
 def _full_npu(bundle, args):
