@@ -102,7 +102,7 @@ class ShortlistProjection:
         if self.rows.shape != (bundle.n_vocab, bundle.d_model) or self.rows.dtype != np.int8:
             raise ModelError(f"{bundle.path(PROJECTION_ROWS_ROLE)}: not int8 [{bundle.n_vocab}, {bundle.d_model}]")
         self.exact_dtype = np.float32 if bundle.d_model * 255 * 127 < FLOAT32_EXACT else np.float64
-        self.verifier = ort_session(bundle.graph(VERIFY_ROLE, "int8"), threads)
+        self.verifier = ort_session(bundle.graph(VERIFY_ROLE, "int8"), threads, arena=True)
         self.projector = ort_session(bundle.graph(PROJECT_ROLE, "int8"), threads)
         self.weight_scale = np.float32(meta["weight_scale"])  # the projection's, per tensor
         self.counts = ShortlistCounts()
