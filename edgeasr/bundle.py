@@ -51,19 +51,18 @@ BATCH_STEP_ROLE = "decoder_step_batch"
 # The decoder step with every position's logits: a text read by teacher forcing in one run (extra `beam`)
 SCORE_ROLE = "decoder_score"
 # The two-stage vocabulary projection (extra `shortlist`, models/shortlist.py): the step with a
-# first pass and the exact tail block, the projection's int8 rows for the host, a window's steps
-# verified at once, and one step's full projection
+# first pass and the exact tail block, the projection's int8 rows for the host, and a window's
+# steps verified at once
 SHORTLIST_STEP_ROLE = "decoder_step_shortlist"
 PROJECTION_ROWS_ROLE = "projection_rows"
 VERIFY_ROLE = "decoder_verify"
-PROJECT_ROLE = "decoder_project"
 # Roles that only a bundle imported with an extra holds (`edgeasr models import --with`)
 EXTRA_ROLES = {"encoder": "fp32 or --with hailo", "decoder_cross": "fp32", "decoder_step": "fp32",
                "decoder_align": "fp32", "hailo_decoder": "hailo", "encoder_30s": "30s",
                "decoder_step_batch": "beam", "decoder_step_batch_int8": "beam",
                "decoder_score": "beam", "decoder_score_int8": "beam",
                "decoder_step_shortlist_int8": "shortlist", "projection_rows": "shortlist",
-               "decoder_verify_int8": "shortlist", "decoder_project_int8": "shortlist"}
+               "decoder_verify_int8": "shortlist"}
 
 
 @dataclass(frozen=True)

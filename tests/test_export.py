@@ -101,7 +101,7 @@ def test_manifest_describes_the_bundle(tiny_bundle):
                                                "decoder_step_batch", "decoder_step_batch_int8",
                                                "decoder_score", "decoder_score_int8", "hailo_decoder", "encoder_30s",
                                                "decoder_step_shortlist_int8", "projection_rows",
-                                               "decoder_verify_int8", "decoder_project_int8"}
+                                               "decoder_verify_int8"}
 
 
 def test_default_bundle_holds_what_the_runtime_reads(tiny_default_bundle, dev_dir, dev_manifest):

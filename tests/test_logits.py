@@ -134,7 +134,7 @@ def test_the_rules_on_a_shortlist_are_the_rules_on_its_tokens(tokens, seed):
     x[20:] += rng.uniform(-3, 3)
     x[[0, 2, 5, 6, 8, 9]] = np.minimum(x[[0, 2, 5, 6, 8, 9]], x[[1, 3, 4, 7]].max() - 0.5)
     ids = np.array([1, 3, 4, 7, *range(10, V)])
-    row = ShortRow(ids, x[ids].copy(), 4, np.zeros(4, np.uint8), 0, 1.0)
+    row = ShortRow(ids, x[ids].copy(), 4, np.zeros(4, np.uint8), 0, 1.0, x[10:].copy())
     rules = LogitRules([SuppressTokens([1, 16]), SuppressBlank(TOK.blank, TOK.eot),
                         TimestampRules(TOK, max_initial_index=2, max_index=8)])
     assert rules.shortlisted

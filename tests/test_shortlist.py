@@ -30,8 +30,7 @@ def test_import_writes_the_extra_with_the_basis_fitted_for_known_weights(tiny_bu
     m = json.loads((tiny_bundle / "manifest.json").read_text())
     bundle = load_bundle(tiny_bundle)
     assert "shortlist" in m["extras"]
-    assert {"decoder_step_shortlist_int8", "projection_rows", "decoder_verify_int8", "decoder_project_int8"} <= set(
-        m["files"])
+    assert {"decoder_step_shortlist_int8", "projection_rows", "decoder_verify_int8"} <= set(m["files"])
     section = bundle.shortlist
     assert section["basis"] == "fit" and section["rank"] == 64 and section["candidates"] == 512
     assert section["tail"] == [bundle.tokens.eot, bundle.tokens.timestamp_begin + bundle.audio.n_positions + 1]
@@ -47,7 +46,7 @@ def test_the_shortlist_step_gives_the_full_projections_logits_to_the_bit(tiny_bu
     for session in (full, short):
         session.start(features, 1500, silence_level(mel))
     logits = full.step([bundle.tokens.sot]).copy()
-    np.testing.assert_array_equal(short.step([bundle.tokens.sot]), logits)  # the step + decoder_project
+    np.testing.assert_array_equal(short.step([bundle.tokens.sot]), logits)  # its text, tail and other tokens
     text_ids = shortlist_text_ids(bundle.suppress_tokens, bundle.tokens.eot)
     for _ in range(12):  # greedy on the full row; the shortlist's ids must hold the same values
         token = int(text_ids[np.argmax(logits[text_ids])])

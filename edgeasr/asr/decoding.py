@@ -285,8 +285,9 @@ class DecoderSession:
         self._run(tokens)
         if self.shortlist is not None:
             short = self._short
-            self.logits[0] = self.shortlist.full(short["hidden_q"][0], float(short["hidden_scale"]),
-                                                 int(short["hidden_zp"]))
+            row = self.shortlist.tail_row(short["tail_logits"][0], short["hidden_q"][0], float(short["hidden_scale"]),
+                                          int(short["hidden_zp"]))
+            self.shortlist.full(row, self.logits[0])
         return self.logits[0]
 
     def step_short(self, tokens: list[int]) -> ShortRow:

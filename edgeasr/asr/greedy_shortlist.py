@@ -77,7 +77,7 @@ def decode_shortlisted(session: DecoderSession, rules: LogitRules, logits: np.nd
         del window.picks[bad:]
         window.verified = bad
         session.length = base + bad
-        scores = shortlist.full(row.q, row.scale, row.zp)
+        scores = shortlist.full(row, session.logits[0])
     picks = window.picks
     hit_cap = not picks or picks[-1].token != eot
     return [p.token for p in picks if p.token != eot], [p.logprob for p in picks], hit_cap

@@ -7,7 +7,8 @@ pass's best CANDIDATES text tokens, computes their exact logits from the project
 (bit-identical to the full projection's), and gives a step's scores as a `ShortRow`: a few
 hundred token ids, ascending, with their logits. It also verifies a window's steps at once
 (`verify`: their best text tokens and the log-sum-exp over every text token, exact), and gives
-one step's full row (`full`) where a step needs the whole vocabulary.
+one step's whole row (`full`) where a step needs the whole vocabulary: the text's logits from the
+verification, the tail block's from the step, the rest from the int8 rows.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeasr.asr.encoder import ort_session
-from edgeasr.bundle import PROJECT_ROLE, PROJECTION_ROWS_ROLE, VERIFY_ROLE, Bundle, shortlist_text_ids
+from edgeasr.bundle import PROJECTION_ROWS_ROLE, VERIFY_ROLE, Bundle, shortlist_text_ids
 from edgeasr.errors import ModelError
 
 # the first pass's scores are sampled every SAMPLE_STRIDE-th for the threshold of the best
@@ -27,6 +28,9 @@ from edgeasr.errors import ModelError
 SAMPLE_STRIDE = 16
 # integer dot products of int8 rows and (q - zp) are exact in float32 below 2^24
 FLOAT32_EXACT = 2**24
+# steps verified in one run at most: the GEMM reads the table once for them all (from ~24 rows on
+# it costs the same per row), and the run's buffers, kept from run to run, stay a few MB
+VERIFY_ROWS = 24
 
 
 @dataclass
@@ -41,6 +45,7 @@ class ShortRow:
     q: np.ndarray  # the hidden state as the projection quantizes it: uint8 [d] ...
     zp: int  # ... its zero point
     scale: float  # ... and scale
+    tail: np.ndarray  # the tail block's logits as the step gave them (the rules change `logits`)
     text_open: bool = True  # no rule masked the text tokens as a whole before weighing them
     text_max: float = -math.inf  # the best text logit the timestamp rule weighed the timestamps against
     masked_text: tuple[int, ...] = ()  # text tokens a rule masked by id (the blank)
@@ -103,17 +108,22 @@ class ShortlistProjection:
             raise ModelError(f"{bundle.path(PROJECTION_ROWS_ROLE)}: not int8 [{bundle.n_vocab}, {bundle.d_model}]")
         self.exact_dtype = np.float32 if bundle.d_model * 255 * 127 < FLOAT32_EXACT else np.float64
         self.verifier = ort_session(bundle.graph(VERIFY_ROLE, "int8"), threads, arena=True)
-        self.projector = ort_session(bundle.graph(PROJECT_ROLE, "int8"), threads)
+        # a whole row's other tokens: the suppressed text tokens, the timestamps past the window
+        self.other_ids = np.setdiff1d(np.arange(bundle.n_vocab), np.concatenate([self.text_ids, self.tail_ids]))
         self.weight_scale = np.float32(meta["weight_scale"])  # the projection's, per tensor
         self.counts = ShortlistCounts()
 
     def row(self, scores: np.ndarray, tail: np.ndarray, q: np.ndarray, scale: float, zp: int) -> ShortRow:
         """A step's shortlist: the best first-pass text tokens and the tail block, exact logits."""
         top = _best(scores, self.candidates)  # ascending, so their ids are
-        ids = np.concatenate([self.text_ids[top], self.tail_ids])
-        row = ShortRow(ids, tail, len(top), q.copy(), zp, scale)
-        row.logits = np.concatenate([self.exact(row, ids[: len(top)]), tail])
+        row = self.tail_row(tail, q, scale, zp)
+        row.ids, row.n_text = np.concatenate([self.text_ids[top], self.tail_ids]), len(top)
+        row.logits = np.concatenate([self.exact(row, row.ids[: len(top)]), tail])
         return row
+
+    def tail_row(self, tail: np.ndarray, q: np.ndarray, scale: float, zp: int) -> ShortRow:
+        """A step's shortlist without candidates (what `full` needs)."""
+        return ShortRow(self.tail_ids, tail.copy(), 0, q.copy(), zp, scale, tail.copy())
 
     def exact(self, row: ShortRow, ids) -> np.ndarray:
         """The exact logits of tokens `ids` at the step of `row`: (q - zp).w as integers, times
@@ -122,17 +132,24 @@ class ShortlistProjection:
         acc = (self.rows[np.asarray(ids)].astype(self.exact_dtype) @ centred).astype(np.float32)
         return acc * (np.float32(row.scale) * self.weight_scale)
 
-    def full(self, q: np.ndarray, scale: float, zp: int) -> np.ndarray:
-        """A step's whole row of logits [n_vocab] from its quantized hidden state (q [d], scale,
-        zero point): the step's own projection, to the bit."""
-        return self.projector.run(["logits"], {"q": q[None], "scale": np.asarray(scale, np.float32),
-                                               "zp": np.asarray(zp, np.uint8)})[0][0]
+    def full(self, row: ShortRow, out: np.ndarray) -> np.ndarray:
+        """The step's whole row of logits into `out` [n_vocab], the full projection's to the bit."""
+        out[self.text_ids] = self.verifier.run(["logits"], _feeds([row]))[0][0]
+        out[self.tail_ids] = row.tail
+        out[self.other_ids] = self.exact(row, self.other_ids)
+        return out
 
     def verify(self, rows: list[ShortRow]) -> Verified:
-        """Every step's best text tokens and log-sum-exp over the text, in one run."""
-        feeds = {"q": np.stack([r.q for r in rows]), "zp": np.array([[r.zp] for r in rows], np.int32),
-                 "scale": np.array([[r.scale] for r in rows], np.float32)}
-        return Verified(*self.verifier.run(["top_logits", "top_ids", "lse_text"], feeds))
+        """Every step's best text tokens and log-sum-exp over the text, VERIFY_ROWS steps a run."""
+        names = ["top_logits", "top_ids", "lse_text"]
+        parts = [self.verifier.run(names, _feeds(rows[i : i + VERIFY_ROWS])) for i in range(0, len(rows), VERIFY_ROWS)]
+        return Verified(*(np.concatenate([part[k] for part in parts]) for k in range(len(names))))
+
+
+def _feeds(rows: list[ShortRow]) -> dict[str, np.ndarray]:
+    """The verification's inputs: the steps' quantized hidden states."""
+    return {"q": np.stack([r.q for r in rows]), "zp": np.array([[r.zp] for r in rows], np.int32),
+            "scale": np.array([[r.scale] for r in rows], np.float32)}
 
 
 def _best(scores: np.ndarray, count: int) -> np.ndarray:

@@ -19,9 +19,8 @@ graphs for other uses:
 - hailo: the Hailo-ready fp32 encoder.onnx (lint-hailo, compile-hef) and hailo_decoder.onnx
   (the full-NPU reference decoder);
 - 30s: encoder_30s.onnx (the benchmark's 30 s reference row);
-- shortlist: the two-stage vocabulary projection (models/shortlist.py: decoder_step_shortlist,
-  decoder_verify and decoder_project, int8, and projection_rows.int8.npy), for
-  decoder.projection: shortlist.
+- shortlist: the two-stage vocabulary projection (models/shortlist.py: decoder_step_shortlist
+  and decoder_verify, int8, and projection_rows.int8.npy), for decoder.projection: shortlist.
 Only numpy, onnx and onnxruntime are needed, so a device can import from its own packages.
 """
 

@@ -16,9 +16,10 @@ this extra the bundle holds, made from its own int8 decoder step:
 - `projection_rows.int8.npy` [V, d]: the projection's int8 rows, for the host's exact rescoring
   of the candidates;
 - `decoder_verify` (int8): a window's steps at once over the T' text columns: their exact
-  logits' best few and log-sum-exp (the table read once a window, not once a token);
-- `decoder_project` (int8): the full projection of one step from its quantized hidden state,
-  the step's own operators (bit-identical logits).
+  logits (bit-identical to the full projection's), their best few and log-sum-exp (the table
+  read once a window, not once a token). A step's whole row is its text logits from here, its
+  tail block's from the step and the rest (the suppressed text tokens, the timestamps past the
+  window) from the int8 rows: no third copy of the table.
 
 The runtime (asr/shortlist.py) decodes a window on the shortlist and verifies it; a step whose
 best text token was not a candidate is taken from its full row and the window goes on from
@@ -49,8 +50,7 @@ CANDIDATES = 512
 # (the blank at the start of text) is the step's best
 VERIFY_TOP = 4
 KNOWN_BASES = Path(__file__).with_name("shortlist")
-STEP_ROLE, VERIFY_ROLE, PROJECT_ROLE, ROWS_ROLE = ("decoder_step_shortlist", "decoder_verify", "decoder_project",
-                                                  "projection_rows")
+STEP_ROLE, VERIFY_ROLE, ROWS_ROLE = "decoder_step_shortlist", "decoder_verify", "projection_rows"
 ROWS_FILE = "projection_rows.int8.npy"
 
 
@@ -136,9 +136,8 @@ def write_shortlist(step_int8: Path, out: Path, suppress_tokens: list[int], eot:
     _step(model, proj, text_ids, eot, min(v, tail_end), basis)
     onnx.save(model, str(out / f"{STEP_ROLE}.int8.onnx"))
     onnx.save(verify_graph(proj, text_ids), str(out / f"{VERIFY_ROLE}.int8.onnx"))
-    onnx.save(project_graph(proj), str(out / f"{PROJECT_ROLE}.int8.onnx"))
     roles = {f"{STEP_ROLE}_int8": f"{STEP_ROLE}.int8.onnx", ROWS_ROLE: ROWS_FILE,
-             f"{VERIFY_ROLE}_int8": f"{VERIFY_ROLE}.int8.onnx", f"{PROJECT_ROLE}_int8": f"{PROJECT_ROLE}.int8.onnx"}
+             f"{VERIFY_ROLE}_int8": f"{VERIFY_ROLE}.int8.onnx"}
     return roles, float(proj.weight_scale)
 
 
@@ -201,8 +200,8 @@ def _step(model, proj: Projection, text_ids: np.ndarray, tail_start: int, tail_e
 
 def verify_graph(proj: Projection, text_ids: np.ndarray):
     """q [n, d] uint8, zp [n, 1] int32, scale [n, 1] (n steps' quantized hidden states) -> over
-    the T' text columns, the exact logits' best VERIFY_TOP (`top_logits`, and `top_ids` as token
-    ids) and their log-sum-exp `lse_text` [n]. (q - zp).w = q.w - zp * colsum(w) are the integers
+    the T' text columns, the exact `logits` [n, T'], their best VERIFY_TOP (`top_logits`, and
+    `top_ids` as token ids) and their log-sum-exp `lse_text` [n]. (q - zp).w = q.w - zp * colsum(w) are the integers
     the step's MatMulInteger makes, scaled as it scales them: the step's logits to the bit."""
     from onnx import TensorProto
 
@@ -213,6 +212,7 @@ def verify_graph(proj: Projection, text_ids: np.ndarray):
     weight = np.ascontiguousarray(proj.weight[:, text_ids])
     b = GraphBuilder(DECODER_OPSET)
     q, zp, scale = b.input("q", ["n", d], np.uint8), b.input("zp", ["n", 1], np.int32), b.input("scale", ["n", 1])
+    b.output("logits", ["n", weight.shape[1]])
     for name, dtype in (("top_logits", np.float32), ("top_ids", np.int64), ("lse_text", np.float32)):
         b.output(name, ["n", VERIFY_TOP] if name != "lse_text" else ["n"], dtype)
     acc = b.op("MatMulInteger", q, b.constant("weight", weight), b.constant("q_zero", np.zeros((), np.uint8)),
@@ -220,7 +220,7 @@ def verify_graph(proj: Projection, text_ids: np.ndarray):
     colsum = b.constant("colsum", weight.astype(np.int32).sum(axis=0, dtype=np.int32)[None])
     centred = b.op("Sub", acc, b.op("Mul", zp, colsum))
     scales = b.op("Mul", scale, b.constant("weight_scale", np.asarray(proj.weight_scale, np.float32)))
-    logits = b.op("Mul", b.op("Cast", centred, to=TensorProto.FLOAT), scales)
+    logits = b.op("Mul", b.op("Cast", centred, to=TensorProto.FLOAT), scales, out="logits")
     top, at = b.op_n("TopK", 2, logits, b.ints("top", [VERIFY_TOP]), axis=1, out=["top_logits", None])
     b.op("Gather", b.ints("text_ids", text_ids), at, axis=0, out="top_ids")
     axis = b.ints("axis.1", [1])
@@ -228,20 +228,3 @@ def verify_graph(proj: Projection, text_ids: np.ndarray):
     total = b.op("ReduceSum", b.op("Exp", b.op("Sub", logits, best)), axis, keepdims=1)
     b.op("Squeeze", b.op("Add", b.op("Log", total), best), axis, out="lse_text")
     return b.model("whisper_decoder_verify")
-
-
-def project_graph(proj: Projection):
-    """q [1, d] uint8, scale [], zp [] uint8 -> logits [1, V]: the step's projection, its operators."""
-    from onnx import TensorProto
-
-    from edgeasr.models.graphs import DECODER_OPSET
-    from edgeasr.models.onnx_builder import GraphBuilder
-
-    d, v = proj.weight.shape
-    b = GraphBuilder(DECODER_OPSET)
-    q, scale, zp = b.input("q", [1, d], np.uint8), b.input("scale", []), b.input("zp", [], np.uint8)
-    b.output("logits", [1, v])
-    scales = b.op("Mul", scale, b.constant("weight_scale", np.asarray(proj.weight_scale, np.float32)))
-    acc = b.op("MatMulInteger", q, b.constant("weight", proj.weight), zp, b.constant("weight_zero", np.zeros((), np.int8)))
-    b.op("Mul", b.op("Cast", acc, to=TensorProto.FLOAT), scales, out="logits")
-    return b.model("whisper_projection")
