@@ -114,3 +114,18 @@ def test_a_token_reads_less_than_half_the_bytes(tiny_bundle):
     full, short = (token_bytes(bundle, "int8", p, steps_per_window=22) for p in ("full", "shortlist"))
     assert 27 < full.weights_mb < 30 and short.weights_mb < 14
     assert short.cross_kv_mb == full.cross_kv_mb and short.self_kv_mb == full.self_kv_mb
+
+
+def test_bench_decoder_measures_it_against_greedy_beside_a_load(tiny_bundle, dev_dir, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "variants.json"
+    proc = subprocess.run([sys.executable, "-m", "edgeasr", "bench-decoder", "--dataset", str(dev_dir), "--model",
+                           str(tiny_bundle), "--beams", "", "--shortlist", "--limit", "3", "--load", "stream1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    row = report["rows"]["greedy+shortlist"]
+    assert report["load"] == "stream1" and row["texts_unlike_greedy"] == 0 and row["decoder_ms_per_token"] > 0
+    assert report["shortlist"]["steps"] > 0 and "two-stage projection:" in proc.stdout
