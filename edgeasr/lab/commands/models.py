@@ -16,10 +16,8 @@ def register(sub) -> None:
     """Add the lab's actions to `edgeasr models`' (`sub`)."""
     calibrate = sub.add_parser("calibrate", help="measure the decoding settings for a bundle's weights on "
                                "a labelled set and store them in its manifest")
-    calibrate.add_argument("bundle", type=Path, metavar="BUNDLE")
-    calibrate.add_argument("--dataset", type=Path, action="append", required=True, metavar="DIR",
-                           help="a directory with manifest.tsv (id, file, duration_s, reference, and "
-                           "optionally speaker); repeat it to pool several sets")
+    _bundle_and_sets(calibrate, "a directory with manifest.tsv (id, file, duration_s, reference, and optionally "
+                     "speaker)")
     calibrate.add_argument("--language", default=None,
                            help="the sets' language (multilingual bundles; default: English)")
     calibrate.add_argument("--threads", type=int, default=DecoderConfig().threads)
@@ -69,14 +67,18 @@ def register(sub) -> None:
 
     fit = sub.add_parser("fit-shortlist", help="fit the two-stage projection's first pass of a bundle imported "
                          "--with shortlist on real decodes of labelled speech, in every language it is to serve")
-    fit.add_argument("bundle", type=Path, metavar="BUNDLE")
-    fit.add_argument("--dataset", type=Path, action="append", required=True, metavar="DIR",
-                     help="a directory with manifest.tsv (id, file, and optionally language), or such a .tsv; "
-                     "repeat it to pool several sets")
+    _bundle_and_sets(fit, "a directory with manifest.tsv (id, file, and optionally language), or such a .tsv")
     fit.add_argument("--threads", type=int, default=DecoderConfig().threads)
     fit.add_argument("--known", action="store_true", help="also keep the basis for these weights in "
                      "edgeasr/models/shortlist/ (what `edgeasr models import` gives them)")
     fit.set_defaults(func=_fit_shortlist)
+
+
+def _bundle_and_sets(parser, what: str) -> None:
+    """The BUNDLE an action works on and the labelled sets it reads (`what`: one set's form)."""
+    parser.add_argument("bundle", type=Path, metavar="BUNDLE")
+    parser.add_argument("--dataset", type=Path, action="append", required=True, metavar="DIR",
+                        help=f"{what}; repeat it to pool several sets")
 
 
 def _calibrate(args: argparse.Namespace) -> int:
