@@ -102,7 +102,6 @@ def _verify(window: _Window, shortlist: ShortlistProjection) -> int | None:
         pick = window.picks[at]
         assert pick.row is not None and verified is not None  # noqa: S101 (pending: shortlisted picks)
         if not _seen(pick.row, verified, k):
-            window.verified = at
             return at
         pick.logprob = _logprob(pick.row, pick.token, float(verified.lse_text[k]), shortlist)
     window.verified = len(window.picks)
@@ -111,12 +110,13 @@ def _verify(window: _Window, shortlist: ShortlistProjection) -> int | None:
 
 def _seen(row: ShortRow, verified: Verified, k: int) -> bool:
     """Did the step's shortlist hold what the rules and the pick weigh of the text: the best text
-    token the rules allow (verified row k), or one at least as likely? Closed text weighs none."""
+    token the rules allow (verified row k), or a token more likely than it? Closed text weighs
+    none; where the verification's few best are all masked, the step is taken again to be sure."""
     if not row.text_open:
         return True
     allowed = [i for i, token in enumerate(verified.top_ids[k]) if int(token) not in row.masked_text]
     if not allowed:
-        return True
+        return False
     best = allowed[0]
     return bool(verified.top_logits[k, best] < row.text_max or len(row.at([verified.top_ids[k, best]])))
 
