@@ -7,7 +7,9 @@ self-attention cache is a preallocated [layers, 2, n_text_ctx, d_model] buffer t
 step reads in place, of which it uses the first `offset` rows; only the step's new rows
 are copied in after it. Every input and output is bound once by address (IOBinding), so
 a step of one token binds nothing. `greedy.decode_window` decodes a window with it; `prime`
-and `score_texts` read given texts against a window.
+and `score_texts` read given texts against a window. With decoder.projection: shortlist the step
+is the bundle's two-stage one (asr/shortlist.py): `step_short` gives a step's shortlist, and
+`step` the whole row as before.
 """
 
 from __future__ import annotations
@@ -195,10 +197,11 @@ class DecoderSession:
                                      self.logits.ctypes.data)
         else:  # the first pass's scores, the tail block's logits, the quantized hidden state
             d, sl = bundle.d_model, self.shortlist
-            self._short: dict[str, np.ndarray] = {"scores": np.zeros((1, len(sl.text_ids)), np.float32),
-                           "tail_logits": np.zeros((1, len(sl.tail_ids)), np.float32),
-                           "hidden_q": np.zeros((1, d), np.uint8), "hidden_scale": np.zeros((), np.float32),
-                           "hidden_zp": np.zeros((), np.uint8)}
+            self._short: dict[str, np.ndarray] = {
+                "scores": np.zeros((1, len(sl.text_ids)), np.float32),
+                "tail_logits": np.zeros((1, len(sl.tail_ids)), np.float32),
+                "hidden_q": np.zeros((1, d), np.uint8), "hidden_scale": np.zeros((), np.float32),
+                "hidden_zp": np.zeros((), np.uint8)}
             for name, array in self._short.items():
                 self.binding.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
         self.binding.bind_input("offset", "cpu", 0, np.int64, [1], self.offset.ctypes.data)
