@@ -13,6 +13,8 @@ import pytest
 import soundfile as sf
 from conftest import wer
 
+from edgeasr.models.export import EXTRAS
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -104,7 +106,7 @@ def test_models_import_bad_input(case, tmp_path):
         (src / "weights.pt").write_bytes(b"not a model")
         expect = (65, "unknown model layout")
     elif case == "bad-extra":
-        expect = (64, "--with: unknown extra fp16 (known: fp32, hailo, 30s, beam)")
+        expect = (64, f"--with: unknown extra fp16 (known: {', '.join(EXTRAS)})")
     else:
         for name in ("config.json", "tokenizer.json"):
             if not (case == "no-tokenizer" and name == "tokenizer.json"):
