@@ -5,20 +5,12 @@ in subprocesses: `python -m edgeasr check --config FILE` and the daemon on the s
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_daemon import write_config
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def edgeasr(*args: str, timeout: int = 300, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "edgeasr", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**os.environ})
+from helpers.daemon import run_edgeasr, write_config
+from helpers.ports import free_port
 
 
 def last_line(proc: subprocess.CompletedProcess) -> str:
@@ -73,7 +65,7 @@ def test_check_and_the_daemon_refuse_the_same_values_with_78(tmp_path, capsys, k
 def test_a_number_too_long_for_python_is_a_config_error(tmp_path):
     config = tmp_path / "edgeasr.yaml"
     config.write_text(f"wyoming:\n  max_sessions: {'9' * 5000}\n")
-    proc = edgeasr("check", "--config", str(config))
+    proc = run_edgeasr("check", "--config", str(config))
     assert proc.returncode == 78 and "invalid YAML" in last_line(proc)
 
 
@@ -89,9 +81,9 @@ def test_what_check_passes_at_the_limits_the_daemon_runs(tiny_bundle, dev_dir, m
                 "wyoming.max_audio_s": 600.0, "pipeline.stop_deadline_s": 3600.0}
     config = write_config(tmp_path / "edgeasr.yaml", settings)
     sub = subscribe(mosquitto, [f"{prefix}/#"])
-    check = edgeasr("check", "--config", str(config))
+    check = run_edgeasr("check", "--config", str(config))
     assert check.returncode == 0, check.stdout + check.stderr
-    daemon = edgeasr("--config", str(config))
+    daemon = run_edgeasr("--config", str(config))
     assert daemon.returncode == 0, daemon.stderr[-3000:]
     got = sub.wait_count(f"{prefix}/{'d' * 64}/transcript", 1, timeout_s=20)
     assert got and got[0].json()["text"]
@@ -111,7 +103,7 @@ def test_a_unix_path_that_is_not_a_socket_is_refused_with_78_and_kept(tmp_path, 
         os.mkfifo(path)
     config = write_config(tmp_path / "edgeasr.yaml", {"input.source": "none", "wyoming.uri": f"unix://{path}"})
     for args in (["check", "--config", str(config)], ["--config", str(config)]):
-        proc = edgeasr(*args)
+        proc = run_edgeasr(*args)
         assert proc.returncode == 78
         assert last_line(proc).startswith(f"edgeasr: wyoming.uri: {path} exists and is ")
         assert "not a socket" in last_line(proc)
@@ -121,7 +113,7 @@ def test_a_unix_path_that_is_not_a_socket_is_refused_with_78_and_kept(tmp_path, 
 def test_a_unix_socket_in_a_missing_directory_fails_check(tmp_path):
     config = write_config(tmp_path / "edgeasr.yaml", {"input.source": "none", "model.path": tmp_path,
                                                       "wyoming.uri": f"unix://{tmp_path}/no/such/dir/w.sock"})
-    proc = edgeasr("check", "--config", str(config))
+    proc = run_edgeasr("check", "--config", str(config))
     assert "wyoming: FAILED: wyoming.uri: the socket's directory" in proc.stdout
     assert proc.returncode in (65, 73)  # the model dir is no bundle (65) comes first
 
@@ -130,9 +122,9 @@ def test_a_tcp_host_that_is_not_this_machine_fails_check_as_the_daemon_would(tmp
     config = write_config(tmp_path / "edgeasr.yaml", {"input.source": "none", "model.path": tiny_bundle,
                                                       "encoder.backend": "onnx",
                                                       "wyoming.uri": "tcp://192.0.2.1:10300"})  # TEST-NET-1
-    check = edgeasr("check", "--config", str(config))
+    check = run_edgeasr("check", "--config", str(config))
     assert check.returncode == 78 and "wyoming: FAILED: wyoming.uri: cannot listen on 192.0.2.1" in check.stdout
-    daemon = edgeasr("--config", str(config))
+    daemon = run_edgeasr("--config", str(config))
     assert daemon.returncode == 78 and "wyoming.uri: cannot serve tcp://192.0.2.1:10300" in last_line(daemon)
 
 
@@ -140,9 +132,7 @@ def test_a_tcp_host_that_is_not_this_machine_fails_check_as_the_daemon_would(tmp
 
 
 def broker_config(tmp_path: Path, tiny_bundle: Path, **keys) -> Path:
-    with socket.socket() as s:  # a port nobody listens on: the daemon fails before it connects
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it: the daemon fails before it connects
     settings = {"input.source": "none", "wyoming.uri": f"tcp://127.0.0.1:{port}", "model.path": tiny_bundle,
                 "encoder.backend": "onnx", "mqtt.host": "127.0.0.1", "mqtt.port": port,
                 "state_dir": tmp_path / "state", **keys}
@@ -150,8 +140,8 @@ def broker_config(tmp_path: Path, tiny_bundle: Path, **keys) -> Path:
 
 
 def check_and_daemon(config: Path, prefix: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, ...]:
-    return (edgeasr("check", "--config", str(config), prefix=prefix),
-            edgeasr("--config", str(config), prefix=prefix, timeout=120))
+    return (run_edgeasr("check", "--config", str(config), prefix=prefix),
+            run_edgeasr("--config", str(config), prefix=prefix, timeout=120))
 
 
 def setup_case(case: str, tmp_path: Path) -> dict:
@@ -204,6 +194,6 @@ def test_an_unwritable_state_dir_fails_check_as_the_daemon_would(tiny_bundle, tm
 
 def test_a_state_dir_still_to_be_made_passes_check_and_the_daemon_makes_it(tiny_bundle, tmp_path):
     config = broker_config(tmp_path, tiny_bundle, state_dir=tmp_path / "a" / "b" / "state")
-    check = edgeasr("check", "--config", str(config))
+    check = run_edgeasr("check", "--config", str(config))
     assert f"state_dir: ok ({tmp_path}/a/b/state, to be created in {tmp_path})" in check.stdout
     assert check.returncode == 69  # the broker's port is closed: only that fails

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import wer
-from test_systemd_unit import SyscallSandbox, unit_settings
+from helpers.systemd import SyscallSandbox, unit_settings
+from helpers.text import wer
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "packaging" / "build-deb.sh"

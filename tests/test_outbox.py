@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.small_disk import cap_pages, page_count
 
 from edgeasr.errors import OutputError
 from edgeasr.output.outbox import FILENAME, Entry, Outbox
@@ -123,16 +124,6 @@ def test_corrupt_database_is_an_output_error(tmp_path: Path):
     (tmp_path / FILENAME).write_bytes(b"this is not an sqlite database" * 100)
     with pytest.raises(OutputError, match=FILENAME):
         Outbox.in_state_dir(tmp_path, max_items=5)
-
-
-def cap_pages(outbox: Outbox, pages: int | None) -> None:
-    """SQLite's own limit on the file's size: past it, writes fail with a real SQLITE_FULL."""
-    limit = pages if pages is not None else 1_073_741_823
-    outbox._db.execute(f"PRAGMA max_page_count = {limit}")
-
-
-def page_count(outbox: Outbox) -> int:
-    return outbox._db.execute("PRAGMA page_count").fetchone()[0]
 
 
 def test_sqlite_full_is_an_output_error_and_leaves_no_gap_in_seq(tmp_path: Path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from test_wyoming import transcribe
+from helpers.wyoming import transcribe
 
 REPO = Path(__file__).resolve().parents[1]
 # one utterance each, with little silence around it: every mode reads all of it

@@ -53,7 +53,7 @@ def test_the_repairs_keep_the_words_spelling_the_text():
 def test_a_complete_transcription_ends_in_a_full_stop_not_an_ellipsis():
     """tiny.en on ls_test-other_1688-142285-0000 ends "... too much of steel. Anon...": scored
     after Whisper's normalizer that is "anon ." with a lone "." as a word."""
-    from conftest import normalize
+    from helpers.text import normalize
 
     out = tidy([worded(0, " has got a little too much of steel."), worded(4, " Anon...")])
     assert out[-1].text == " Anon." and "".join(w.word for w in out[-1].words) == " Anon."

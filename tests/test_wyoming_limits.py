@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soxr
-from conftest import wer
-from test_wyoming import LONG, SHORT, clip, transcribe
+from helpers.audio import LONG, SHORT, dev_clip
+from helpers.ports import HOST, free_port
+from helpers.text import wer
+from helpers.waiting import wait_until
+from helpers.wyoming import SHARED_FILE_LIMIT, Server, proc_status, transcribe
 from wyoming.event import Event, read_event
-from wyoming_fixtures import SHARED_FILE_LIMIT, Server, proc_status
 
 from edgeasr.audio.vad import make_detector
 from edgeasr.config import WyomingConfig, load_config
@@ -39,7 +41,6 @@ from edgeasr.wyoming.connection import Connection, Service
 from edgeasr.wyoming.server import WyomingServer
 from edgeasr.wyoming.session import Session, SessionOptions
 
-HOST = "127.0.0.1"
 SERVER_LOGGER = "edgeasr.wyoming.server"
 
 
@@ -106,12 +107,6 @@ class Light:
     server: WyomingServer
     worker: Worker
     port: int
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -252,13 +247,6 @@ def test_refused_and_ended_sessions_leave_no_lane_behind(light, caplog):
     assert srv.server.stats.refused == 10 and srv.server.stats.sessions == 11
     assert srv.worker._lanes == []  # every lane the server opened was closed
     assert_no_traceback(caplog, srv.server)
-
-
-def wait_until(condition, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 MALFORMED = {
@@ -506,9 +494,7 @@ def daemon(wyoming_daemon: Server) -> Iterator[Server]:
     no traceback and no sign that it ran out of anything."""
     d = wyoming_daemon
     # warm: the engine's first decodes (one window and more) allocate what later ones reuse
-    from conftest import DEV
-
-    assert asyncio.run(transcribe(d.uri, clip(DEV, LONG))).text and served(d)
+    assert asyncio.run(transcribe(d.uri, dev_clip(LONG))).text and served(d)
     yield d
     text = d.log_text()
     assert "Traceback" not in text and "Task exception" not in text and "out of system resource" not in text
@@ -516,22 +502,11 @@ def daemon(wyoming_daemon: Server) -> Iterator[Server]:
 
 def served(d: Server) -> bool:
     """A normal request, as Home Assistant makes it (the `wyoming` package's client)."""
-    reply = asyncio.run(transcribe(d.uri, clip_audio()))
+    reply = asyncio.run(transcribe(d.uri, dev_clip(SHORT)))
     ok = reply.error is None and "silly" in (reply.text or "").lower()
     if not ok:
         print(f"a normal request failed: {reply}")
     return ok
-
-
-_CLIP: list[np.ndarray] = []
-
-
-def clip_audio() -> np.ndarray:
-    if not _CLIP:
-        from conftest import DEV
-
-        _CLIP.append(clip(DEV, SHORT))
-    return _CLIP[0]
 
 
 def recovered(d: Server, before: Idle, what: str) -> dict:
@@ -639,9 +614,7 @@ def test_row4_a_256_mib_chunk_is_refused_within_100_mb_of_peak(daemon):
 def test_row4_the_largest_chunk_allowed_is_converted_within_100_mb_of_peak(daemon):
     """10 s at 48 kHz, stereo, 32 bits in one audio-chunk (3.8 MB, under the 4 MiB cap):
     converted and transcribed; the peak includes the decoding of its window."""
-    from conftest import DEV
-
-    at_48k = soxr.resample(clip(DEV, LONG).astype(np.float32) / 32768, 16000, 48000)[: 48000 * 10]
+    at_48k = soxr.resample(dev_clip(LONG).astype(np.float32) / 32768, 16000, 48000)[: 48000 * 10]
     big = (np.repeat(at_48k, 2) * 2**31 * 0.9).astype("<i4").tobytes()
     assert 3 << 20 < len(big) < 4 << 20
     rss0 = daemon.rss()
@@ -693,7 +666,7 @@ def test_row6_one_sample_chunks_read_as_the_same_audio(daemon, dev_dir):
     """11.7 s (a window committed while it arrives) in one-sample audio-chunks: the transcript
     of the same audio in 100 ms chunks. (That their cost is linear is checked in process.)"""
     before = Idle.of(daemon)
-    pcm = clip(dev_dir, LONG).tobytes()
+    pcm = dev_clip(LONG).tobytes()
     text_100ms, cpu_100ms, _ = timed_request(daemon, pcm, 1600)
     text_1, cpu_1, wall_1 = timed_request(daemon, pcm, 1)
     per_event_us = 1e6 * (cpu_1 - cpu_100ms) / (len(pcm) // 2)

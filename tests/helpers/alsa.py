@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-DEV = REPO.parent / "shared" / "eval" / "dev"
+from helpers import REPO
 
 DEVICE_TEMPLATE = (
     'pcm.{name} {{ type file; slave.pcm "null"; file "/dev/null"; '
