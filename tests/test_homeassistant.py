@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.homeassistant import REGISTRY, TOKEN, FakeHomeAssistant
+from helpers.waiting import wait_until
 
 from edgeasr.config import HomeAssistantApiConfig, VocabularyConfig
 from edgeasr.errors import ConfigError, MissingInputError, ToolMissingError
@@ -181,9 +182,7 @@ def test_before_any_good_fetch_there_are_no_names_and_close_ends_a_fetch_under_w
     ha.behaviour["get_config"] = "silent"
     names = HomeAssistantNames(ha.url, TOKEN, refresh_s=300, timeout_s=30)
     names.start()
-    deadline = time.monotonic() + 10
-    while len(ha.received) < 2 and time.monotonic() < deadline:  # the fetch waits for get_config
-        time.sleep(0.01)
+    wait_until(lambda: len(ha.received) >= 2, 10)  # auth, then get_config: the fetch waits for its answer
     assert len(ha.received) == 2 and names.current() == Vocabulary()
     started = time.monotonic()
     names.close()

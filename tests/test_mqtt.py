@@ -21,6 +21,7 @@ from edgeasr.output import payload as msgs
 from edgeasr.output.outbox import Outbox
 
 TESTS = Path(__file__).resolve().parent
+PAHO_LOG = "edgeasr.output.paho_client.paho"  # paho's own log lines, at DEBUG
 
 
 def test_transcripts_arrive_in_order_and_match_the_schema(mosquitto, subscribe, tmp_path):
@@ -64,7 +65,15 @@ def test_broker_outage_mid_stream_loses_nothing(mosquitto, subscribe, tmp_path):
     pub.close(5)
 
 
-def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mosquitto, subscribe, tmp_path):
+def sent_transcripts(caplog) -> int:
+    """How many transcript PUBLISH packets paho has sent, from its own debug lines."""
+    return sum(r.getMessage().startswith("paho: Sending PUBLISH") and TOPICS.transcript in r.getMessage()
+               for r in caplog.records if r.name == PAHO_LOG)
+
+
+def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mosquitto, subscribe, tmp_path,
+                                                                             caplog):
+    caplog.set_level(logging.DEBUG, logger=PAHO_LOG)
     sub = subscribe(mosquitto, [TOPICS.transcript])
     pub = make_publisher(mosquitto, tmp_path / "state").start()
     assert pub.wait_connected(10)
@@ -76,10 +85,12 @@ def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mos
     after = time.time_ns()
     wait_until(lambda: saved.exists() and saved.stat().st_mtime_ns > after, 5)
     mosquitto.proc.send_signal(signal.SIGSTOP)  # frozen: transcripts go out, no PUBACK comes back
+    before = sent_transcripts(caplog)
     for i in range(3, 8):
         pub.publish(sample_draft(i))
-    time.sleep(0.5)
-    assert pub.connected and pub.stats()["depth"] == 5  # handed to paho, still unacknowledged
+    # the sender hands all five to paho, which sends them: five more PUBLISH packets on the wire
+    wait_until(lambda: sent_transcripts(caplog) - before == 5, 10, lambda: caplog.text[-3000:])
+    assert pub.connected and pub.stats()["depth"] == 5  # sent, and still unacknowledged
     mosquitto.kill()
     mosquitto.start()
     assert wait_seqs(sub, 8) == list(range(1, 9))

@@ -514,9 +514,9 @@ def recovered(d: Server, before: Idle, what: str) -> dict:
     connections closed and no thread more than before, RSS within 50 MB of before, no
     traceback in the log."""
     assert served(d), f"{what}: a normal request failed"
-    deadline = time.monotonic() + 10
-    while (d.files(), d.threads()) > (before.files, before.threads) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the server closes its side of the last connection
+    # the server closes its side of the last connection
+    wait_until(lambda: d.files() <= before.files and d.threads() <= before.threads, 10,
+               lambda: f"{what}: files {before.files} -> {d.files()}, threads {before.threads} -> {d.threads()}")
     figures = {"rss_before_mb": round(before.rss_mb, 1), "rss_after_mb": round(d.rss(), 1),
                "files": (before.files, d.files()), "threads": (before.threads, d.threads())}
     print(f"\n{what}: {figures}")
