@@ -321,7 +321,6 @@ async def _request(uri: str, audio: np.ndarray, names: list[str] | None = None, 
         return transcript, came, sent
 
 
-@pytest.mark.slow
 def test_a_wyoming_requests_names_are_heard_and_the_transcript_comes_at_the_endpoint(
         tiny_default_bundle, speakers, tmp_path):
     """transcript_names (wyoming >= 1.10) join the home's vocabulary for that request; with

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jiwer
 import numpy as np
+import pytest
 import soundfile as sf
 from helpers.audio import stream_rows
 from helpers.daemon import Running, finish, start_daemon, write_config
@@ -58,6 +59,7 @@ def check_stream(sub, rows: list[dict], utterance_wer: float) -> list[dict]:
     return messages
 
 
+@pytest.mark.slow  # 46 s of audio at real time: 48 s
 def test_a_stream_at_real_time_publishes_every_utterance_through_a_broker_outage(
         tiny_default_bundle, dev_dir, tmp_path, mosquitto, subscribe, tiny_engine):
     """The first four utterances of dev_stream_01 (46 s, cut in the pause after them) at real

@@ -144,6 +144,7 @@ def readable_dir():
     shutil.rmtree(path)
 
 
+@pytest.mark.slow  # 36 s in the full run
 def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, readable_dir):
     if installed():
         assert purge().returncode == 0

@@ -44,6 +44,7 @@ def test_short_commands_never_come_back_empty(engine_name, request, speakers):
     assert not empty, empty
 
 
+@pytest.mark.slow  # 36 s in the full run
 def test_short_german_and_french_commands_never_come_back_empty(base, speakers):
     """base with the language given, espeak-ng's German and French voices: no window of a short
     command is taken for silence. The padding rows had raised the no-speech probability of short

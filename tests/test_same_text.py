@@ -15,7 +15,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 import soundfile as sf
 from helpers.wyoming import transcribe
 
@@ -25,7 +24,6 @@ CLIPS = ("ls_test-other_1998-15444-0008", "ljs_LJ001-0013")
 ROUNDS = (1, 2)
 DAEMONS_AT_ONCE = 4
 
-pytestmark = pytest.mark.slow
 
 
 def transcribe_command(bundle: Path, wavs: list[Path]) -> list[str]:

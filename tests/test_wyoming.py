@@ -17,7 +17,7 @@ from wyoming.asr import TranscriptStart
 from wyoming.client import AsyncClient
 from wyoming.info import Describe, Info
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = pytest.mark.model
 
 
 @pytest.fixture

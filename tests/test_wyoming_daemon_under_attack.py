@@ -29,6 +29,10 @@ from wyoming.event import Event, read_event
 
 from edgeasr.config import load_config
 
+# the daemon started and warmed, then each attack and its recovery: 40 s for the first test in the
+# full run (its tests share the daemon, so they go together)
+pytestmark = pytest.mark.slow
+
 DECODE_GUARD_S = 120.0  # a guard against a hang where a reply waits for a decode, not a measurement
 
 
