@@ -63,8 +63,8 @@ def test_a_phrase_said_twice_is_kept_twice(engine_name, request, dev_dir):
 
 def test_a_phrase_said_again_at_once_is_kept_twice(tiny_extras_engine, dev_dir):
     """jfk's "Ask what you can do for your country." twice with 0.2 s between: tiny.en writes
-    both sayings in one segment, so only the word timestamps can tell them from a loop (issue
-    15: "tear down the fence! tear down the fence!" came out once)."""
+    both sayings in one segment, so only the word timestamps can tell them from a loop ("tear down
+    the fence! tear down the fence!" once came out once)."""
     audio = as_float(dev_clip("jfk_inaugural-1961"))
     phrase = audio[int(7.9 * 16000) : int(10.6 * 16000)]  # the phrase, as aligned
     said_twice = np.concatenate([phrase, np.zeros(3200, np.float32), phrase])

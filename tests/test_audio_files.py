@@ -1,4 +1,4 @@
-"""Audio files nobody should feed a transcriber (issue 27, row 12), through the real CLI: each
+"""Audio files nobody should feed a transcriber, through the real CLI: each
 is refused by `transcribe`, the daemon (`--input`) and `check --input` alike, with one line
 naming the file for what it is, and the exit code of its kind (65 unusable audio, 66 not an
 audio file at all)."""

@@ -1,5 +1,5 @@
 """What `edgeasr check` passes, the daemon runs; what the daemon would refuse, `check` refuses
-first, with the same exit code and a line naming the key (issue 27, rows 7 to 9). The real CLI
+first, with the same exit code and a line naming the key. The real CLI
 in subprocesses: `python -m edgeasr check --config FILE` and the daemon on the same file."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
     return err[-1]
 
 
-# -- row 7: every number finite and within its real range -------------------------------------
+# -- every number finite and within its real range ---------------------------------------------
 
 OUT_OF_RANGE = [
     ("wyoming.max_audio_s", float("nan"), "wyoming.max_audio_s: nan is not allowed (0 < x <= 600)"),
@@ -89,7 +89,7 @@ def test_what_check_passes_at_the_limits_the_daemon_runs(tiny_bundle, dev_dir, m
     assert got and got[0].json()["text"]
 
 
-# -- row 8: a unix socket path that holds something else is never deleted ----------------------
+# -- a unix socket path that holds something else is never deleted ------------------------------
 
 
 @pytest.mark.parametrize("kind", ["file", "directory", "fifo"])
@@ -128,7 +128,7 @@ def test_a_tcp_host_that_is_not_this_machine_fails_check_as_the_daemon_would(tmp
     assert daemon.returncode == 78 and "wyoming.uri: cannot serve tcp://192.0.2.1:10300" in last_line(daemon)
 
 
-# -- row 9: the password file and state_dir, as the daemon will use them -----------------------
+# -- the password file and state_dir, as the daemon will use them -------------------------------
 
 
 def broker_config(tmp_path: Path, tiny_bundle: Path, **keys) -> Path:
@@ -159,13 +159,13 @@ def setup_case(case: str, tmp_path: Path) -> dict:
     raise AssertionError(case)
 
 
-ROW9 = [("missing password file", 66, "mqtt.password_file: cannot read"),
+UNUSABLE_PATHS = [("missing password file", 66, "mqtt.password_file: cannot read"),
         ("empty password file", 78, "mqtt.password_file: "),
         ("dangling state_dir", 73, "state_dir: "),
         ("state_dir is a file", 73, "state_dir: ")]
 
 
-@pytest.mark.parametrize("case, code, named", ROW9, ids=[c for c, _, _ in ROW9])
+@pytest.mark.parametrize("case, code, named", UNUSABLE_PATHS, ids=[c for c, _, _ in UNUSABLE_PATHS])
 def test_check_fails_as_the_daemon_would(tiny_bundle, tmp_path, case, code, named):
     config = broker_config(tmp_path, tiny_bundle, **setup_case(case, tmp_path))
     check, daemon = check_and_daemon(config)

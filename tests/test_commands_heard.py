@@ -1,4 +1,4 @@
-"""Commands heard with the home's names (issue 25): the keyterm boost and the sentence scoring in
+"""Commands heard with the home's names: the keyterm boost and the sentence scoring in
 the engine, a home's sentences putting a misheard command right and leaving other speech alone,
 a Wyoming request's own names, the intent in the payload, and endpointing."""
 

@@ -1,4 +1,4 @@
-"""The imported bundle against CTranslate2's Whisper on real speech (issue: model bundles).
+"""The imported bundle against CTranslate2's Whisper on real speech.
 
 CTranslate2 runs the same weights from the CTranslate2 files with its own kernels
 (ct2_reference.py); our graphs are built from those weights node by node. Both are asked

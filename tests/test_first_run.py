@@ -1,4 +1,4 @@
-"""Two first runs at once on a fresh state_dir (issue 27, row 11): both prepare the embedded
+"""Two first runs at once on a fresh state_dir: both prepare the embedded
 default bundle, one builds it while the other waits, and both transcribe with it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every spoken word kept (issue 24): short commands never come back empty, quiet speech the VAD
+"""Every spoken word kept: short commands never come back empty, quiet speech the VAD
 misses is kept, loops are caught whatever their case, a word read again across a window seam is
 dropped once, and the evaluation's folds keep each speaker whole."""
 

@@ -40,7 +40,7 @@ def test_full_disk_with_broker_down_then_space_then_broker_delivers_all_in_order
             pub.publish(sample_draft(i))
         disk.fill()
         for i in range(3, 11):
-            pub.publish(sample_draft(i))  # the issue: 6 of these raised and were gone
+            pub.publish(sample_draft(i))  # before the spool, 6 of these raised and were gone
         health = pub.health()
         assert health.storage_failing and "database or disk is full" in str(health.storage_error)
         assert health.held_in_memory == 8 and health.waiting == 11 and health.dropped == 0
@@ -93,7 +93,7 @@ def test_broker_back_while_disk_still_full_sends_from_memory_and_survives_failed
         recovered = errors(sub)[1]
         validator("error").validate(recovered)
         assert recovered["resolved"] is True and recovered["error"].startswith("storage recovered")
-        for i in range(14, 19):  # the issue: these were stored and never sent
+        for i in range(14, 19):  # before the spool, these were stored and never sent
             pub.publish(sample_draft(i))
         assert wait_seqs(sub, 19) == list(range(1, 20))
         assert pub.flush(10)

@@ -176,7 +176,7 @@ def test_insert_evicts_beyond_the_bound(tmp_path: Path):
 
 
 def test_the_database_and_its_wal_are_private_whatever_the_umask(tmp_path: Path):
-    """Issue 27, row 10: run outside systemd (umask 022), the files holding transcript text are
+    """Run outside systemd (umask 022), the files holding transcript text are
     0600 all the same; files an earlier version left 0644 are closed to others at the next open."""
     import os
     import stat

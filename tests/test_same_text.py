@@ -1,4 +1,4 @@
-"""The same audio gives the same text in every round and every mode (issue 24): `edgeasr
+"""The same audio gives the same text in every round and every mode: `edgeasr
 transcribe`, the daemon on a file as fast as it reads and at real time, and a Wyoming request
 sent at once and at real time. A round-to-round difference came from whether a speculative
 decode was ready in time; now every mode reads the same audio (continuation.decode_until).

@@ -28,7 +28,7 @@ SPOKEN = {
     "temperature": "what's the temperature",
     "lights_on": "turn on the lights",
     "lock_front_door": "lock the front door",
-    # what the issue saw go wrong: a duration of two units, a list's item inside a sentence
+    # what once went wrong: a duration of two units, a list's item inside a sentence
     "timer_3_hours_10": "set a timer for 3 hours and 10 minutes",
     "shopping_list": "add apples to my shopping list",
     "volume": "set the volume to 50 percent",
