@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soxr
-from helpers.alsa import VirtualMics, finish_child, json_lines, start_child, wait_ready
+from helpers.alsa import VirtualMics
 from helpers.audio import dev_clip
+from helpers.daemon import finish_child, json_lines, start_child, wait_ready
 
 from edgeasr.audio.sources import to_int16
 

@@ -18,9 +18,10 @@ pytest.register_assert_rewrite("config_rows")
 
 from config_rows import ROWS  # noqa: E402
 from config_rows.lab import Lab, Observed, Unobservable  # noqa: E402
-from helpers.alsa import VirtualMics, finish_child, json_lines, start_child, wait_ready  # noqa: E402
+from helpers.alsa import VirtualMics  # noqa: E402
 from helpers.audio import DEV  # noqa: E402
 from helpers.broker import Broker, Subscriber  # noqa: E402
+from helpers.daemon import finish_child, json_lines, start_child, wait_ready  # noqa: E402
 
 from edgeasr.config import as_dict, load_config  # noqa: E402
 from edgeasr.reload import flatten  # noqa: E402

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import time
 from pathlib import Path
 
 import jiwer
@@ -159,29 +157,15 @@ def test_silence_and_noise_publish_nothing(tiny_default_bundle, dev_dir, tmp_pat
     assert [json.loads(m.payload)["state"] for m in sub.on("edgeasr/testdev/status")][:1] == ["online"]
 
 
-def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_default_bundle, dev_dir, tmp_path):
-    sock_path = tmp_path / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(0.5)
+def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_default_bundle, dev_dir, tmp_path, notify_socket):
     settings = base_settings(tiny_default_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
     daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings),
-                          env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
-    messages: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and messages.count("WATCHDOG=1") < 4:
-        try:
-            messages.append(sock.recv(4096).decode())
-        except TimeoutError:
-            pass
+                          env={"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "1000000"})
+    received = notify_socket.collect(daemon, 60, until=lambda messages: messages.count("WATCHDOG=1") >= 4)
     daemon.send_signal(signal.SIGTERM)
     out, err = finish(daemon, 60)
-    while True:
-        try:
-            messages.append(sock.recv(4096).decode())
-        except TimeoutError:
-            break
-    sock.close()
+    received += notify_socket.collect(daemon, 10)  # what it sent before it ended
+    messages = [m for _, _, m in received]
     text = "\n".join(messages)
     assert "READY=1" in text and "STATUS=" in text and "STOPPING=1" in text
     assert messages.count("WATCHDOG=1") >= 4

@@ -95,39 +95,27 @@ def test_base_with_5_s_windows_transcribes_every_utterance(base5_bundle, dev_dir
 
 
 @pytest.mark.model
-def test_a_device_that_stays_stalled_stops_the_watchdog_and_the_daemon(standin, hailo_bundle, dev_dir, tmp_path):
+def test_a_device_that_stays_stalled_stops_the_watchdog_and_the_daemon(standin, hailo_bundle, dev_dir, tmp_path,
+                                                                       notify_socket):
     """The chip never answers again: after encoder.max_failures failed windows in a row the
     device has failed for good; systemd hears it (STATUS, no more WATCHDOG=1) and the daemon
     ends with exit 69, so that Restart=on-failure starts it afresh (a new process reopens
     the device from scratch)."""
-    import socket
-    import time
-
     audio = tmp_path / "stream.wav"
     clip = sf.read(dev_dir / "audio" / "ls_test-other_1998-15444-0004.wav", dtype="float32")[0]
     gap = np.zeros(16000, np.float32)
     sf.write(audio, np.concatenate([gap, clip, gap, clip, gap, clip, gap]), 16000)
     standin.write_hef(hailo_bundle)
     standin.control(latency_ms=60_000)  # every frame: past encoder.timeout_ms
-    sock_path = tmp_path / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(0.5)
-    env = {**standin.env(), "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "2000000"}
+    env = {**standin.env(), "NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "2000000"}
     env["PYTHONPATH"] += os.pathsep + str(REPO)
     daemon = subprocess.Popen(
         [sys.executable, "-m", "edgeasr", "--input", str(audio), "--set", f"model.path={hailo_bundle}",
          "--set", "encoder.backend=hailo", "--set", "encoder.timeout_ms=200", "--set", "encoder.max_failures=2",
          "--set", "encoder.reopen_timeout_s=1", "--set", f"state_dir={tmp_path / 'state'}"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    messages: list[tuple[float, str]] = []
-    while daemon.poll() is None:
-        try:
-            messages.append((time.monotonic(), sock.recv(4096).decode()))
-        except TimeoutError:
-            pass
+    messages = [(t, m) for t, _, m in notify_socket.collect(daemon, 300)]
     _, err = daemon.communicate()
-    sock.close()
     assert daemon.returncode == 69, err[-3000:]
     assert "the encoder device failed for good" in err.strip().splitlines()[-1]
     # the summary counts each of the three utterances as a failed segment

@@ -1,12 +1,8 @@
 """Home Assistant's names over its websocket API, against a loopback server.
 
-No real Home Assistant runs here (it needs a newer Python than the project's 3.11): the server
-below is a real websocket server (the `websockets` package, on 127.0.0.1) that speaks the
-protocol as home-assistant/core documents it in its source: `auth_required`, `auth` with the
-access token, `auth_ok` or `auth_invalid`, then `result` messages by command id, each command
-answering with the shape its handler in core sends (components/websocket_api,
-components/homeassistant/exposed_entities.py, components/config/{entity,area,floor}_registry.py).
-Nothing of the client is mocked: every test goes through a socket.
+No real Home Assistant runs here: helpers.homeassistant.FakeHomeAssistant is a real websocket
+server on 127.0.0.1 that speaks the protocol as home-assistant/core documents it in its source,
+for a made-up home. Nothing of the client is mocked: every test goes through a socket.
 """
 
 from __future__ import annotations

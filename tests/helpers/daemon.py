@@ -1,5 +1,6 @@
-"""The daemon and the command line in subprocesses (`python -m edgeasr`, from the repository's
-root), as a user or systemd starts them."""
+"""The daemon, the command line and other Python children in subprocesses, from the repository's
+root: `python -m edgeasr` as a user or systemd starts it, `python -c CODE` for a child that must
+have an environment of its own (a private ALSA configuration, say)."""
 
 from __future__ import annotations
 
@@ -49,13 +50,8 @@ def start_daemon(config: Path, env: dict | None = None) -> subprocess.Popen:
 
 def finish(proc: subprocess.Popen, timeout_s: float = STREAM_TIMEOUT_S) -> tuple[str, str]:
     """Wait for the end (AssertionError unless it exits 0 in time); its stdout and stderr."""
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"daemon did not finish; stderr:\n{err[-3000:]}") from None
-    assert proc.returncode == 0, err[-3000:]
+    code, out, err = finish_child(proc, timeout_s)
+    assert code == 0, err[-3000:]
     return out, err
 
 
@@ -114,3 +110,42 @@ class Running:
 
     def stderr(self) -> str:
         return "".join(self.err)
+
+
+def start_child(code: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """`python -c code args...` from the repository root, with pipes for stdout/stderr."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish_child(proc: subprocess.Popen[str], timeout_s: float = 60) -> tuple[int, str, str]:
+    """Wait for the child; returns (exit code, stdout, stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the child did not finish within {timeout_s:g} s; stderr:\n{err[-3000:]}") from None
+    return proc.returncode, out, err
+
+
+def json_lines(out: str) -> list:
+    return [json.loads(line) for line in out.splitlines() if line.startswith(("{", "["))]
+
+
+def wait_ready(proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
+    """Block until the child prints its `ready` line (its stream is running)."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline() if ready else ""
+    if line.strip() != "ready":
+        proc.kill()
+        raise AssertionError(f"child not ready: {line!r}; stderr:\n{proc.communicate()[1]}")

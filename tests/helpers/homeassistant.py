@@ -1,11 +1,11 @@
 """A loopback websocket server speaking Home Assistant's websocket API, with a made-up home.
 
-No real Home Assistant runs in these tests (helpers.assist starts one for the Assist tests): the
-server is a real websocket server (the `websockets` package, on 127.0.0.1) that speaks the
-protocol as home-assistant/core documents it in its source: `auth_required`, `auth` with the
-access token, `auth_ok` or `auth_invalid`, then `result` messages by command id, each command
-answering with the shape its handler in core sends (components/websocket_api,
-components/homeassistant/exposed_entities.py, components/config/{entity,area,floor}_registry.py)."""
+No real Home Assistant runs with it (helpers.assist starts one for the Assist tests): the server
+is a real websocket server (the `websockets` package, on 127.0.0.1) that speaks the protocol as
+home-assistant/core documents it in its source: `auth_required`, `auth` with the access token, `auth_ok` or `auth_invalid`, then
+`result` messages by command id, each command answering with the shape its handler in core sends
+(components/websocket_api, components/homeassistant/exposed_entities.py,
+components/config/{entity,area,floor}_registry.py)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import socket
 import struct
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,14 @@ class NotifySocket:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.sock.bind(str(path))
 
-    def collect(self, proc: subprocess.Popen, timeout_s: float) -> list[tuple[float, int, str]]:
-        """(receive time, sender pid, datagram) until the process exits."""
-        received = []
+    def collect(self, proc: subprocess.Popen, timeout_s: float,
+                until: Callable[[list[str]], bool] | None = None) -> list[tuple[float, int, str]]:
+        """(receive time, sender pid, datagram) until the process has exited and what it sent is
+        read, or `until` holds for the datagrams so far, or `timeout_s` has passed."""
+        received: list[tuple[float, int, str]] = []
         deadline = time.monotonic() + timeout_s
         self.sock.settimeout(0.05)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (until and until([m for _, _, m in received])):
             try:
                 data, ancdata, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("iii")))
             except TimeoutError:
@@ -45,6 +48,7 @@ class NotifySocket:
 
 @pytest.fixture
 def notify_socket(tmp_path: Path):
+    """A NotifySocket at tmp_path/notify.sock (NOTIFY_SOCKET for the daemon), closed after."""
     sock = NotifySocket(tmp_path / "notify.sock")
     yield sock
     sock.close()
