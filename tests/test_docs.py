@@ -155,16 +155,17 @@ def named_paths() -> list[tuple[str, set[str]]]:
 
 
 def resolve(path: str, folders: set[str]) -> set[str]:
-    """The modules (or, for a folder, the package) a named path stands for."""
+    """The modules a named path stands for (for a folder, the folder itself: a package or the
+    data a module reads)."""
     if path.endswith("/"):
-        return {path} if (PACKAGE / path / "__init__.py").is_file() else set()
+        return {path} if (PACKAGE / path).is_dir() else set()
     candidates = [path] if "/" in path else [path, *(folder + path for folder in folders)]
     return {m for m in modules() for c in candidates if fnmatch.fnmatchcase(m, c)}
 
 
 def test_every_module_the_architecture_names_exists():
-    """Each `asr/...py`, `lab/...`, `continuation.py` or package folder docs/architecture.md names
-    is a module (or package) of edgeasr/: a bare file name one in the folder its row names."""
+    """Each `asr/...py`, `lab/...`, `continuation.py` or folder docs/architecture.md names is a
+    module (or a folder) of edgeasr/: a bare file name one in a folder its row names."""
     missing = sorted({path for path, folders in named_paths() if not resolve(path, folders)})
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
 
