@@ -30,9 +30,10 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from helpers.ports import HOST, free_port
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from helpers.ports import HOST, free_port
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_USER = "mosquitto"

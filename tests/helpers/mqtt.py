@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from helpers.broker import Broker, Subscriber
-from helpers.payload import make_inputs, transcript
-
 from edgeasr.config import load_config
 from edgeasr.output.mqtt import MqttPublisher, Topics
 from edgeasr.output.outbox import Outbox
 from edgeasr.stages import Transcript
+from helpers.broker import Broker, Subscriber
+from helpers.payload import make_inputs, transcript
 
 DEVICE = "dev1"
 TOPICS = Topics.for_device("edgeasr", DEVICE)
