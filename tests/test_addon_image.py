@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.assist import HASS_VENV, HOME, PATH, Clip, command_clips
+from helpers.assist import HASS_VENV, HOME, PATH, SPOKEN, Clip, command_clips, dev_clips
 from helpers.supervisor import TOKEN, StandinSupervisor
 
 from edgeasr.commands import addon_options
@@ -370,6 +370,4 @@ def test_no_command_becomes_another_through_the_addon(assisted):
 
 
 def _clips_ids() -> list[str]:
-    from helpers.assist import SPOKEN, dev_clips
-
     return [i for i, _, _ in dev_clips()] + list(SPOKEN)
