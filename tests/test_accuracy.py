@@ -9,7 +9,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import make_engine, normalize
+from helpers.audio import as_float, dev_clip
+from helpers.engines import make_engine
+from helpers.text import normalize
 
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import MANIFEST, load_bundle
@@ -23,17 +25,8 @@ MINUTES_2 = 16000 * 120
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_bundle):
-    return make_engine(tiny_bundle)
-
-
-@pytest.fixture(scope="module")
 def base(base_bundle):
     return make_engine(base_bundle)
-
-
-def clip(dev_dir, name: str) -> np.ndarray:
-    return load_audio(dev_dir / "audio" / f"{name}.wav", 16000)
 
 
 def pink_noise(n: int, rms: float, seed: int) -> np.ndarray:
@@ -44,38 +37,38 @@ def pink_noise(n: int, rms: float, seed: int) -> np.ndarray:
     return (noise * rms / np.sqrt(np.mean(noise**2))).astype(np.float32)
 
 
-def test_tails_past_the_window_are_kept(tiny, dev_dir, dev_manifest):
+def test_tails_past_the_window_are_kept(tiny_extras_engine, dev_dir, dev_manifest):
     """Every utterance longer than a window ends as its reference ends: a phrase after the
     last carried window edge is not lost."""
-    long = [r for r in dev_manifest if float(r["duration_s"]) > tiny.bundle.audio.window_s]
+    long = [r for r in dev_manifest if float(r["duration_s"]) > tiny_extras_engine.bundle.audio.window_s]
     assert len(long) >= 10
     for row in long:
         ref = normalize(row["reference"]).split()
-        hyp = normalize(tiny.transcribe(clip(dev_dir, row["id"])).text).split()
+        hyp = normalize(tiny_extras_engine.transcribe(as_float(dev_clip(row["id"]))).text).split()
         assert set(ref[-3:]) & set(hyp[-5:]), (row["id"], hyp[-5:])
         assert len(hyp) >= 0.85 * len(ref), (row["id"], " ".join(hyp))
 
 
-@pytest.mark.parametrize("engine_name", ["tiny", "base"])
+@pytest.mark.parametrize("engine_name", ["tiny_extras_engine", "base"], ids=["tiny", "base"])
 def test_a_phrase_said_twice_is_kept_twice(engine_name, request, dev_dir):
     """ "go forward ten meters", a pause, "go forward ten meters": a speaker repeating
     himself is not a decoding loop. (With half a second between them base itself writes
     the phrase once, whatever the rules: the pause is a second.)"""
     engine = request.getfixturevalue(engine_name)
-    phrase = clip(dev_dir, "cmu_goforward")
+    phrase = as_float(dev_clip("cmu_goforward"))
     audio = np.concatenate([phrase, np.zeros(16000, np.float32), phrase])
     words = normalize(engine.transcribe(audio).text).split()
     assert words.count("forward") == 2, words
 
 
-def test_a_phrase_said_again_at_once_is_kept_twice(tiny, dev_dir):
+def test_a_phrase_said_again_at_once_is_kept_twice(tiny_extras_engine, dev_dir):
     """jfk's "Ask what you can do for your country." twice with 0.2 s between: tiny.en writes
-    both sayings in one segment, so only the word timestamps can tell them from a loop (issue
-    15: "tear down the fence! tear down the fence!" came out once)."""
-    audio = clip(dev_dir, "jfk_inaugural-1961")
+    both sayings in one segment, so only the word timestamps can tell them from a loop ("tear down
+    the fence! tear down the fence!" once came out once)."""
+    audio = as_float(dev_clip("jfk_inaugural-1961"))
     phrase = audio[int(7.9 * 16000) : int(10.6 * 16000)]  # the phrase, as aligned
     said_twice = np.concatenate([phrase, np.zeros(3200, np.float32), phrase])
-    result = tiny.transcribe(said_twice)
+    result = tiny_extras_engine.transcribe(said_twice)
     assert len(result.segments) == 1, result.segments  # what makes the case: one segment
     assert normalize(result.text).split().count("country") == 2, result.text
 
@@ -89,7 +82,7 @@ def test_words_with_no_audio_under_them_are_cut_from_the_end_of_a_window(base, d
     assert text.endswith("he makes me harshly feel") and text.count("makes") == 1, text
 
 
-@pytest.mark.parametrize("engine_name", ["tiny", "base"])
+@pytest.mark.parametrize("engine_name", ["tiny_extras_engine", "base"], ids=["tiny", "base"])
 def test_two_minutes_without_speech_give_no_text(engine_name, request):
     """40 s each of silence, pink noise and white noise, one after the other: twelve windows,
     none of them with text (a window of silence is a window like the one before it; four
@@ -106,7 +99,7 @@ def test_two_minutes_without_speech_give_no_text(engine_name, request):
 def test_language_is_detected_in_english_and_german(base, dev_dir, tmp_path):
     """Per audio, from its first window (model.language null), and reported; no language
     or task token comes out as text."""
-    english = base.transcribe(clip(dev_dir, "jfk_inaugural-1961"))
+    english = base.transcribe(as_float(dev_clip("jfk_inaugural-1961")))
     assert english.language == "en" and "country" in english.text.lower()
     wav = tmp_path / "de.wav"
     sentence = "Guten Morgen. Heute ist das Wetter schön, und wir gehen in den Park."

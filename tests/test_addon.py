@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import voluptuous as vol
 import yaml
-from supervisor_fixtures import TOKEN, StandinSupervisor
-from supervisor_rules import (
+from helpers.supervisor import TOKEN, StandinSupervisor
+from helpers.supervisor_rules import (
     ADDON,
     BUILD,
     REPOSITORY,

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from supervisor_fixtures import TOKEN, StandinSupervisor
-from test_assist_real import HASS_VENV, HOME, PATH, Clip, _clips
+from helpers.assist import HASS_VENV, HOME, PATH, SPOKEN, Clip, command_clips, dev_clips
+from helpers.supervisor import TOKEN, StandinSupervisor
 
 from edgeasr.commands import addon_options
 from edgeasr.errors import ConfigError
@@ -335,7 +335,7 @@ def _counts(vocabulary) -> str:
 @pytest.fixture(scope="module")
 def assisted(image, first_start, data, tiny_bundle, tmp_path_factory) -> Assisted:
     assert (HASS_VENV / "bin" / "hass").is_file(), f"no Home Assistant in {HASS_VENV}"
-    clips = _clips()
+    clips = command_clips()
     return asyncio.run(_assist(image, data, tmp_path_factory.mktemp("assist-addon"), tiny_bundle, clips))
 
 
@@ -370,6 +370,4 @@ def test_no_command_becomes_another_through_the_addon(assisted):
 
 
 def _clips_ids() -> list[str]:
-    from test_assist_real import SPOKEN, _dev_clips
-
-    return [i for i, _, _ in _dev_clips()] + list(SPOKEN)
+    return [i for i, _, _ in dev_clips()] + list(SPOKEN)

@@ -11,54 +11,23 @@ every clip goes at real time through the satellite, as a Voice PE or wyoming-sat
 from __future__ import annotations
 
 import asyncio
-import csv
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
+from helpers.assist import HASS_VENV, HOME, PATH, SPOKEN, Clip, command_clips, dev_clips
 
-from edgeasr.audio.files import load_audio
 from edgeasr.lab.evaluation.assist_engines import Engine, edgeasr
 from edgeasr.lab.evaluation.assist_hass import Release
 from edgeasr.lab.evaluation.assist_home import home_from_files
 from edgeasr.lab.evaluation.assist_judge import NOT_APPLICABLE, RIGHT, WRONG, Verdict, describe
 from edgeasr.lab.evaluation.assist_runs import Heard
 from edgeasr.lab.evaluation.assist_session import AssistSession
-from edgeasr.lab.evaluation.satellite import SAMPLE_RATE
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-HOME = REPO / "tests" / "data" / "assist-home.yaml"
-DEV_COMMANDS = REPO.parent / "shared" / "eval" / "dev-commands"
-HASS_VENV = Path(os.environ.get("EDGEASR_TEST_HASS_VENV", REPO / ".venv-homeassistant"))
-PATH = "satellite"  # every clip said to the satellite, as a real one says it
-LEAD = 0.3  # silence before a spoken command, as in the command sets
-# said by piper: a satellite's commands that need its device (timers, its area) to be understood
-SPOKEN = {
-    "timer_5_minutes": "set a timer for 5 minutes",
-    "pause": "pause",
-    "next_track": "next track",
-    "temperature": "what's the temperature",
-    "lights_on": "turn on the lights",
-    "lock_front_door": "lock the front door",
-    # what the issue saw go wrong: a duration of two units, a list's item inside a sentence
-    "timer_3_hours_10": "set a timer for 3 hours and 10 minutes",
-    "shopping_list": "add apples to my shopping list",
-    "volume": "set the volume to 50 percent",
-    "pause_timer": "pause timer",  # a running timer first (assist_session.preparation)
-}
 TIMERS = {"timer_5_minutes", "timer_3_hours_10", "pause_timer"}
 NAMELESS = {"pause", "next_track", "temperature", "lights_on", "volume"}
-
-
-@dataclass(frozen=True)
-class Clip:
-    id: str
-    reference: str
-    pcm: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -67,26 +36,6 @@ class Judged:
     oracle: Heard
     heard: Heard
     verdict: Verdict
-
-
-def _dev_clips() -> list[tuple[str, str, Path]]:
-    with (DEV_COMMANDS / "manifest.tsv").open(newline="") as f:
-        return [(r["id"], r["reference"], DEV_COMMANDS / r["file"])
-                for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
-
-
-def _pcm(audio: np.ndarray) -> np.ndarray:
-    return (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
-
-
-def _clips() -> list[Clip]:
-    from edgeasr.lab.evaluation.voices import Speakers, Voice
-
-    clips = [Clip(i, ref, _pcm(load_audio(path, SAMPLE_RATE))) for i, ref, path in _dev_clips()]
-    speakers, voice = Speakers(), Voice("piper", "en_US-joe-medium", 1.0, 0.667)
-    lead = np.zeros(int(LEAD * SAMPLE_RATE), np.float32)
-    clips += [Clip(i, text, _pcm(np.concatenate([lead, speakers.say(text, voice)]))) for i, text in SPOKEN.items()]
-    return clips
 
 
 async def _judge_all(bundle: Path, workdir: Path, clips: list[Clip]) -> tuple[Release, dict[str, Judged], str]:
@@ -107,7 +56,7 @@ async def _judge_all(bundle: Path, workdir: Path, clips: list[Clip]) -> tuple[Re
 def assist(tiny_bundle, tmp_path_factory):
     assert (HASS_VENV / "bin" / "hass").is_file(), \
         f"no Home Assistant in {HASS_VENV}: bash packaging/setup-homeassistant.sh (setup-dev.sh --tests runs it)"
-    clips = _clips()  # spoken before Home Assistant starts: the satellite must answer its pings meanwhile
+    clips = command_clips()  # spoken before Home Assistant starts: the satellite must answer its pings meanwhile
     return asyncio.run(_judge_all(tiny_bundle, tmp_path_factory.mktemp("assist"), clips))
 
 
@@ -119,7 +68,7 @@ def _report(j: Judged) -> str:
 def test_the_satellite_is_a_device_in_the_first_area(assist):
     release, judged, area = assist
     assert area == "living_room"
-    assert len(judged) == len(_dev_clips()) + len(SPOKEN)
+    assert len(judged) == len(dev_clips()) + len(SPOKEN)
 
 
 def test_no_command_becomes_another(assist):
@@ -128,7 +77,7 @@ def test_no_command_becomes_another(assist):
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("clip_id", [i for i, _, _ in _dev_clips()] + list(SPOKEN))
+@pytest.mark.parametrize("clip_id", [i for i, _, _ in dev_clips()] + list(SPOKEN))
 def test_what_home_assistant_does_with_the_reference_is_done(assist, clip_id):
     release, judged, _ = assist
     j = judged[clip_id]

@@ -1,4 +1,4 @@
-"""Audio files nobody should feed a transcriber (issue 27, row 12), through the real CLI: each
+"""Audio files nobody should feed a transcriber, through the real CLI: each
 is refused by `transcribe`, the daemon (`--input`) and `check --input` alike, with one line
 naming the file for what it is, and the exit code of its kind (65 unusable audio, 66 not an
 audio file at all)."""
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import struct
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,16 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from helpers.daemon import run_edgeasr
 
 from edgeasr.audio.sources import FileSource
 from edgeasr.errors import AudioError, MissingInputError
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def edgeasr(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgeasr", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
 
 
 def speech_like(seconds: float = 2.0, rate: int = 16000) -> np.ndarray:
@@ -86,10 +78,10 @@ CASES: list[tuple[str, Callable[[Path], Path], int, str]] = [
 @pytest.mark.parametrize("make, code, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_transcribe_the_daemon_and_check_name_the_file_for_what_it_is(tiny_bundle, tmp_path, make, code, message):
     path = make(tmp_path)
-    runs = {"transcribe": edgeasr("transcribe", "--model", str(tiny_bundle), "--backend", "onnx", str(path)),
-            "daemon": edgeasr("--input", str(path), "--set", f"model.path={tiny_bundle}",
-                              "--set", "encoder.backend=onnx"),
-            "check": edgeasr("check", "--input", str(path), "--set", f"model.path={tiny_bundle}")}
+    runs = {"transcribe": run_edgeasr("transcribe", "--model", str(tiny_bundle), "--backend", "onnx", str(path)),
+            "daemon": run_edgeasr("--input", str(path), "--set", f"model.path={tiny_bundle}",
+                                  "--set", "encoder.backend=onnx"),
+            "check": run_edgeasr("check", "--input", str(path), "--set", f"model.path={tiny_bundle}")}
     for name, proc in runs.items():
         assert "Traceback" not in proc.stderr and "RuntimeWarning" not in proc.stderr, (name, proc.stderr[-2000:])
         assert proc.returncode == code, (name, proc.stdout, proc.stderr[-2000:])

@@ -40,7 +40,7 @@ def beam_search(bundle, session: DecoderSession, beam: BeamDecoder, features, pr
 
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_beam_matches_ctranslate2_tiny(tiny_bundle, tiny_ct2, dev_dir, size):
-    from test_export import CLIPS, mel_of, prompt_of
+    from helpers.ct2_reference import CLIPS, mel_of, prompt_of
 
     bundle = load_bundle(tiny_bundle)
     encoder, session = OnnxEncoder(bundle, "fp32"), DecoderSession(bundle, "fp32", 2)
@@ -55,7 +55,7 @@ def test_beam_matches_ctranslate2_tiny(tiny_bundle, tiny_ct2, dev_dir, size):
 
 
 def test_beam_matches_ctranslate2_base(base_bundle, base_ct2, dev_dir):
-    from test_export import CLIPS, mel_of, prompt_of
+    from helpers.ct2_reference import CLIPS, mel_of, prompt_of
 
     bundle = load_bundle(base_bundle)
     encoder, session = OnnxEncoder(bundle, "fp32"), DecoderSession(bundle, "fp32", 2)
@@ -71,7 +71,8 @@ def test_beam_matches_ctranslate2_base(base_bundle, base_ct2, dev_dir):
 def test_the_engine_decodes_with_a_beam(tiny_bundle, dev_dir, dev_manifest):
     """decoder.beam_size through the engine: the timestamp rules and the rest of the preset's
     per hypothesis, the windows' text as good as greedy's."""
-    from conftest import make_engine, wer
+    from helpers.engines import make_engine
+    from helpers.text import wer
 
     greedy, beam = make_engine(tiny_bundle), make_engine(tiny_bundle, **{"decoder.beam_size": 3})
     strategy = beam.window_decoder.strategy
@@ -88,7 +89,7 @@ def test_the_beam_follows_the_prompt_and_samples_above_temperature_0(tiny_bundle
     """The transcriber's decode hook with decode_window's arguments: earlier text as prompt
     (the hypotheses start after it), and at a temperature above 0 the fallback's sampling, the
     same draw as decode_window's from the same generator."""
-    from test_export import CLIPS, mel_of
+    from helpers.ct2_reference import CLIPS, mel_of
 
     bundle = load_bundle(tiny_bundle)
     encoder, session = OnnxEncoder(bundle, "int8"), DecoderSession(bundle, "int8", 2)
@@ -124,7 +125,7 @@ def test_best_candidates_are_the_best_continuations():
 
 
 def test_beam_sizes_and_bundles_are_checked(tiny_default_bundle):
-    from conftest import make_engine
+    from helpers.engines import make_engine
 
     from edgeasr.config import load_config
 
@@ -156,7 +157,7 @@ def test_an_int8_only_bundle_gets_its_optional_graphs(tiny_default_bundle, tiny_
     """The default bundle holds int8 graphs only (`ROLE_int8`): the grammar's batched search and
     the word judge of decoder.drop_unspoken_words must find them there (they did not before
     0.7.1, and ran unbatched and not at all)."""
-    from conftest import make_engine
+    from helpers.engines import make_engine
 
     from edgeasr.bundle import ALIGN_ROLE, BATCH_STEP_ROLE
 

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # 39 s in the full run
 def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     proc = subprocess.run(
@@ -46,6 +49,7 @@ def test_bench_table_json_and_plot(tiny_bundle, dev_dir, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # 69 s in the full run
 def test_bench_on_base_compares_with_faster_whisper_on_the_same_weights(base_bundle, dev_dir, tmp_path):
     """Whisper base ships its model.bin in two parts: faster-whisper loads them joined in
     memory, greedy and with beam 5, and every row has its WER and CER."""
@@ -66,6 +70,7 @@ def test_bench_on_base_compares_with_faster_whisper_on_the_same_weights(base_bun
     assert report["interleaved"]["utterances"] == 2
 
 
+@pytest.mark.slow  # 40 s in the full run
 def test_bench_under_load_reports_each_load_against_the_first(tiny_bundle, dev_dir, tmp_path):
     """`--load`: the pair takes turns under every load; the first load's slowdowns are 1, and
     the neighbours are gone when the bench is. With `--cpu-weight` (as root, as CI runs) each

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 import soxr
-from alsa_fixtures import DEV, VirtualMics, finish_child, json_lines, start_child, wait_ready
+from helpers.alsa import VirtualMics
+from helpers.audio import dev_clip
+from helpers.daemon import finish_child, json_lines, start_child, wait_ready
 
 from edgeasr.audio.sources import to_int16
 
-CLIP = DEV / "audio" / "ls_test-other_1688-142285-0002.wav"  # 2.8 s of speech
+CLIP = "ls_test-other_1688-142285-0002"  # 2.8 s of speech
 
 CAPTURE_CHILD = r"""
 import json, sys, time
@@ -115,11 +116,6 @@ def mics(tmp_path):
     mics.close()
 
 
-def clip() -> np.ndarray:
-    samples, rate = sf.read(CLIP, dtype="int16")
-    assert rate == 16000
-    return samples
-
 
 def capture(mics, tmp_path, device: str, rate: int, n: int, feed: np.ndarray) -> tuple:
     out = tmp_path / "captured.npy"
@@ -132,7 +128,7 @@ def capture(mics, tmp_path, device: str, rate: int, n: int, feed: np.ndarray) ->
 
 
 def test_capture_at_16k_is_bit_exact_and_paced(mics, tmp_path):
-    x = clip()
+    x = dev_clip(CLIP)
     y, report = capture(mics, tmp_path, "fifomic", 16000, len(x), x)
     np.testing.assert_array_equal(y, x)
     ends = np.cumsum(report["lens"])
@@ -147,7 +143,7 @@ def test_capture_at_16k_is_bit_exact_and_paced(mics, tmp_path):
 
 
 def test_capture_at_48k_is_resampled_to_16k(mics, tmp_path):
-    x = clip()
+    x = dev_clip(CLIP)
     x48 = to_int16(soxr.resample(x.astype(np.float32) / 32768, 16000, 48000))
     n = len(x) - 1600  # the streaming resampler holds back its last few milliseconds
     y, report = capture(mics, tmp_path, "fifomic48", 48000, n, x48)
@@ -208,7 +204,7 @@ def test_no_devices_exits_69_with_one_line(tmp_path):
 def test_lost_device_is_reopened_with_backoff_and_status(mics, tmp_path):
     proc = start_child(REOPEN_CHILD, [], mics.env)
     wait_ready(proc)
-    mics.feed("fifomic", clip(), 16000, 480)
+    mics.feed("fifomic", dev_clip(CLIP), 16000, 480)
     code, out, err = finish_child(proc)
     assert code == 0, err
     report = json_lines(out)[0]
@@ -239,7 +235,7 @@ mic.close()
 
 
 def test_full_ring_drops_oldest_and_keeps_stream_offsets(mics):
-    x = clip()
+    x = dev_clip(CLIP)
     proc = start_child(DROP_CHILD, [], mics.env)
     wait_ready(proc)
     mics.feed("fifomic", x, 16000, 480)

@@ -1,24 +1,16 @@
 """What `edgeasr check` passes, the daemon runs; what the daemon would refuse, `check` refuses
-first, with the same exit code and a line naming the key (issue 27, rows 7 to 9). The real CLI
+first, with the same exit code and a line naming the key. The real CLI
 in subprocesses: `python -m edgeasr check --config FILE` and the daemon on the same file."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_daemon import write_config
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def edgeasr(*args: str, timeout: int = 300, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "edgeasr", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**os.environ})
+from helpers.daemon import run_edgeasr, write_config
+from helpers.ports import free_port
 
 
 def last_line(proc: subprocess.CompletedProcess) -> str:
@@ -27,7 +19,7 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
     return err[-1]
 
 
-# -- row 7: every number finite and within its real range -------------------------------------
+# -- every number finite and within its real range ---------------------------------------------
 
 OUT_OF_RANGE = [
     ("wyoming.max_audio_s", float("nan"), "wyoming.max_audio_s: nan is not allowed (0 < x <= 600)"),
@@ -73,7 +65,7 @@ def test_check_and_the_daemon_refuse_the_same_values_with_78(tmp_path, capsys, k
 def test_a_number_too_long_for_python_is_a_config_error(tmp_path):
     config = tmp_path / "edgeasr.yaml"
     config.write_text(f"wyoming:\n  max_sessions: {'9' * 5000}\n")
-    proc = edgeasr("check", "--config", str(config))
+    proc = run_edgeasr("check", "--config", str(config))
     assert proc.returncode == 78 and "invalid YAML" in last_line(proc)
 
 
@@ -89,15 +81,15 @@ def test_what_check_passes_at_the_limits_the_daemon_runs(tiny_bundle, dev_dir, m
                 "wyoming.max_audio_s": 600.0, "pipeline.stop_deadline_s": 3600.0}
     config = write_config(tmp_path / "edgeasr.yaml", settings)
     sub = subscribe(mosquitto, [f"{prefix}/#"])
-    check = edgeasr("check", "--config", str(config))
+    check = run_edgeasr("check", "--config", str(config))
     assert check.returncode == 0, check.stdout + check.stderr
-    daemon = edgeasr("--config", str(config))
+    daemon = run_edgeasr("--config", str(config))
     assert daemon.returncode == 0, daemon.stderr[-3000:]
     got = sub.wait_count(f"{prefix}/{'d' * 64}/transcript", 1, timeout_s=20)
     assert got and got[0].json()["text"]
 
 
-# -- row 8: a unix socket path that holds something else is never deleted ----------------------
+# -- a unix socket path that holds something else is never deleted ------------------------------
 
 
 @pytest.mark.parametrize("kind", ["file", "directory", "fifo"])
@@ -111,7 +103,7 @@ def test_a_unix_path_that_is_not_a_socket_is_refused_with_78_and_kept(tmp_path, 
         os.mkfifo(path)
     config = write_config(tmp_path / "edgeasr.yaml", {"input.source": "none", "wyoming.uri": f"unix://{path}"})
     for args in (["check", "--config", str(config)], ["--config", str(config)]):
-        proc = edgeasr(*args)
+        proc = run_edgeasr(*args)
         assert proc.returncode == 78
         assert last_line(proc).startswith(f"edgeasr: wyoming.uri: {path} exists and is ")
         assert "not a socket" in last_line(proc)
@@ -121,7 +113,7 @@ def test_a_unix_path_that_is_not_a_socket_is_refused_with_78_and_kept(tmp_path, 
 def test_a_unix_socket_in_a_missing_directory_fails_check(tmp_path):
     config = write_config(tmp_path / "edgeasr.yaml", {"input.source": "none", "model.path": tmp_path,
                                                       "wyoming.uri": f"unix://{tmp_path}/no/such/dir/w.sock"})
-    proc = edgeasr("check", "--config", str(config))
+    proc = run_edgeasr("check", "--config", str(config))
     assert "wyoming: FAILED: wyoming.uri: the socket's directory" in proc.stdout
     assert proc.returncode in (65, 73)  # the model dir is no bundle (65) comes first
 
@@ -130,19 +122,17 @@ def test_a_tcp_host_that_is_not_this_machine_fails_check_as_the_daemon_would(tmp
     config = write_config(tmp_path / "edgeasr.yaml", {"input.source": "none", "model.path": tiny_bundle,
                                                       "encoder.backend": "onnx",
                                                       "wyoming.uri": "tcp://192.0.2.1:10300"})  # TEST-NET-1
-    check = edgeasr("check", "--config", str(config))
+    check = run_edgeasr("check", "--config", str(config))
     assert check.returncode == 78 and "wyoming: FAILED: wyoming.uri: cannot listen on 192.0.2.1" in check.stdout
-    daemon = edgeasr("--config", str(config))
+    daemon = run_edgeasr("--config", str(config))
     assert daemon.returncode == 78 and "wyoming.uri: cannot serve tcp://192.0.2.1:10300" in last_line(daemon)
 
 
-# -- row 9: the password file and state_dir, as the daemon will use them -----------------------
+# -- the password file and state_dir, as the daemon will use them -------------------------------
 
 
 def broker_config(tmp_path: Path, tiny_bundle: Path, **keys) -> Path:
-    with socket.socket() as s:  # a port nobody listens on: the daemon fails before it connects
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it: the daemon fails before it connects
     settings = {"input.source": "none", "wyoming.uri": f"tcp://127.0.0.1:{port}", "model.path": tiny_bundle,
                 "encoder.backend": "onnx", "mqtt.host": "127.0.0.1", "mqtt.port": port,
                 "state_dir": tmp_path / "state", **keys}
@@ -150,8 +140,8 @@ def broker_config(tmp_path: Path, tiny_bundle: Path, **keys) -> Path:
 
 
 def check_and_daemon(config: Path, prefix: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, ...]:
-    return (edgeasr("check", "--config", str(config), prefix=prefix),
-            edgeasr("--config", str(config), prefix=prefix, timeout=120))
+    return (run_edgeasr("check", "--config", str(config), prefix=prefix),
+            run_edgeasr("--config", str(config), prefix=prefix, timeout=120))
 
 
 def setup_case(case: str, tmp_path: Path) -> dict:
@@ -169,13 +159,13 @@ def setup_case(case: str, tmp_path: Path) -> dict:
     raise AssertionError(case)
 
 
-ROW9 = [("missing password file", 66, "mqtt.password_file: cannot read"),
+UNUSABLE_PATHS = [("missing password file", 66, "mqtt.password_file: cannot read"),
         ("empty password file", 78, "mqtt.password_file: "),
         ("dangling state_dir", 73, "state_dir: "),
         ("state_dir is a file", 73, "state_dir: ")]
 
 
-@pytest.mark.parametrize("case, code, named", ROW9, ids=[c for c, _, _ in ROW9])
+@pytest.mark.parametrize("case, code, named", UNUSABLE_PATHS, ids=[c for c, _, _ in UNUSABLE_PATHS])
 def test_check_fails_as_the_daemon_would(tiny_bundle, tmp_path, case, code, named):
     config = broker_config(tmp_path, tiny_bundle, **setup_case(case, tmp_path))
     check, daemon = check_and_daemon(config)
@@ -204,6 +194,6 @@ def test_an_unwritable_state_dir_fails_check_as_the_daemon_would(tiny_bundle, tm
 
 def test_a_state_dir_still_to_be_made_passes_check_and_the_daemon_makes_it(tiny_bundle, tmp_path):
     config = broker_config(tmp_path, tiny_bundle, state_dir=tmp_path / "a" / "b" / "state")
-    check = edgeasr("check", "--config", str(config))
+    check = run_edgeasr("check", "--config", str(config))
     assert f"state_dir: ok ({tmp_path}/a/b/state, to be created in {tmp_path})" in check.stdout
     assert check.returncode == 69  # the broker's port is closed: only that fails

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import wer
+from helpers.text import wer
 
 from edgeasr.models.export import EXTRAS
 

@@ -1,4 +1,4 @@
-"""Commands heard with the home's names (issue 25): the keyterm boost and the sentence scoring in
+"""Commands heard with the home's names: the keyterm boost and the sentence scoring in
 the engine, a home's sentences putting a misheard command right and leaving other speech alone,
 a Wyoming request's own names, the intent in the payload, and endpointing."""
 
@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_engine, normalize
-from test_wyoming import start_server, stop_server
+from helpers.engines import make_engine
+from helpers.text import normalize
+from helpers.voices import said
+from helpers.wyoming import start_server, stop_server
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient
@@ -27,28 +29,17 @@ from edgeasr.asr.decoding import prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
-from edgeasr.lab.evaluation.voices import Speakers, Voice
+from edgeasr.lab.evaluation.voices import Voice
 from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / "tests" / "data" / "home.yaml"
 HELD_OUT = REPO / "tests" / "data" / "held-out-home.yaml"
-JOE = Voice("piper", "en_US-joe-medium", 1.0, 0.667)
-
-
-@pytest.fixture(scope="module")
-def speakers():
-    return Speakers()
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_default_bundle):
     return make_engine(tiny_default_bundle, sentences=sentences_for)
-
-
-def said(speakers, text: str, voice: Voice = JOE) -> np.ndarray:
-    pause = np.zeros(int(0.3 * SAMPLE_RATE), np.float32)
-    return np.concatenate([pause, speakers.say(text, voice), pause])
 
 
 def test_the_names_prompt_holds_the_names_most_like_what_was_heard_within_its_budget(tiny_default_bundle):
@@ -330,7 +321,6 @@ async def _request(uri: str, audio: np.ndarray, names: list[str] | None = None, 
         return transcript, came, sent
 
 
-@pytest.mark.slow
 def test_a_wyoming_requests_names_are_heard_and_the_transcript_comes_at_the_endpoint(
         tiny_default_bundle, speakers, tmp_path):
     """transcript_names (wyoming >= 1.10) join the home's vocabulary for that request; with

@@ -4,15 +4,13 @@ printed commands, the model script, the manifest record, and the exit when the D
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from helpers.daemon import run_edgeasr
 
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import MissingInputError, ModelError, ToolMissingError, UsageError
@@ -101,21 +99,7 @@ def test_dry_run_prints_the_dfc_commands(hailo_bundle, calib, no_dfc):
 
 
 def test_dry_run_from_the_command_line(hailo_bundle):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgeasr",
-            "models",
-            "compile-hef",
-            str(hailo_bundle),
-            "--arch",
-            "hailo8",
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    done = run_edgeasr("models", "compile-hef", str(hailo_bundle), "--arch", "hailo8", "--dry-run")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert [shlex.split(c)[:2] for c in lines] == [
@@ -135,24 +119,9 @@ def test_without_the_dfc(hailo_bundle, calib, no_dfc):
 
 
 def test_without_the_dfc_from_the_command_line(hailo_bundle, calib, tmp_path):
-    env = {**os.environ, "PATH": str(tmp_path)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgeasr",
-            "models",
-            "compile-hef",
-            str(hailo_bundle),
-            "--arch",
-            "hailo8",
-            "--calib",
-            str(calib),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    # no `hailo` on PATH
+    done = run_edgeasr("models", "compile-hef", str(hailo_bundle), "--arch", "hailo8", "--calib", str(calib),
+                       env={"PATH": str(tmp_path)})
     assert done.returncode == 69
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("edgeasr: compiling a HEF needs the Hailo Dataflow Compiler >= 3.27")

@@ -366,7 +366,7 @@ def _float_keys() -> list[str]:
 
 @pytest.mark.parametrize("key", _float_keys())
 def test_every_float_key_refuses_nan_and_infinity(key):
-    """Issue 27, row 7: NaN passes every comparison a Range makes and inf turns a limit off, so
+    """NaN passes every comparison a Range makes and inf turns a limit off, so
     no float key takes them (nor an integer too large to be a float)."""
     for value in (float("nan"), float("inf"), float("-inf"), 10**400):
         with pytest.raises(ConfigError) as info:

@@ -16,10 +16,12 @@ import pytest
 
 pytest.register_assert_rewrite("config_rows")
 
-from alsa_fixtures import DEV, VirtualMics, finish_child, json_lines, start_child, wait_ready  # noqa: E402
-from broker_fixtures import Broker, Subscriber  # noqa: E402
 from config_rows import ROWS  # noqa: E402
 from config_rows.lab import Lab, Observed, Unobservable  # noqa: E402
+from helpers.alsa import VirtualMics  # noqa: E402
+from helpers.audio import DEV  # noqa: E402
+from helpers.broker import Broker, Subscriber  # noqa: E402
+from helpers.daemon import finish_child, json_lines, start_child, wait_ready  # noqa: E402
 
 from edgeasr.config import as_dict, load_config  # noqa: E402
 from edgeasr.reload import flatten  # noqa: E402
@@ -91,7 +93,7 @@ def tls_broker(tmp_path_factory) -> Iterator[tuple[Broker, Path, Path]]:
 
 @pytest.fixture(scope="module")
 def home_assistant() -> Iterator:
-    from test_homeassistant import FakeHomeAssistant
+    from helpers.homeassistant import FakeHomeAssistant
 
     server = FakeHomeAssistant()
     yield server
@@ -121,7 +123,7 @@ print(json.dumps(out), flush=True)
 @pytest.fixture(scope="module")
 def mic_report(tmp_path_factory) -> dict:
     """The microphones the daemon opens for input.device, samplerate and ring_s: PortAudio on
-    ALSA devices fed from FIFOs at real time (tests/alsa_fixtures.py), in a child that imports
+    ALSA devices fed from FIFOs at real time (tests/helpers/alsa.py), in a child that imports
     sounddevice. While one is not read, another one is: its blocks pace the wait."""
     import numpy as np
     import soundfile as sf

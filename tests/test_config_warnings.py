@@ -4,18 +4,13 @@ the same lines once at start."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
+from helpers.daemon import run_edgeasr
 
 from edgeasr.config import load_config
 from edgeasr.config_warnings import Facts, config_warnings
 
-REPO = Path(__file__).resolve().parents[1]
 WYOMING = {"input.source": "none", "wyoming.uri": "tcp://127.0.0.1:10300"}
 FACTS = Facts(cores=4, window_s=10.0, multilingual=True)
 
@@ -98,11 +93,6 @@ def test_what_the_keys_ask_for_exactly_warns_of_nothing():
         assert config_warnings(load_config(None, keys), FACTS) == [], keys
 
 
-def edgeasr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgeasr", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env={**os.environ})
-
-
 def test_check_prints_the_warnings_and_passes_and_the_daemon_logs_them_once(tiny_bundle, dev_dir, tmp_path):
     config = tmp_path / "edgeasr.yaml"
     config.write_text(yaml.safe_dump({"model": {"path": str(tiny_bundle)}, "encoder": {"backend": "onnx"},
@@ -112,12 +102,12 @@ def test_check_prints_the_warnings_and_passes_and_the_daemon_logs_them_once(tiny
     expected = config_warnings(load_config(config), Facts.here(10.0, False))
     assert len(expected) == 2
 
-    check = edgeasr("check", "--config", str(config), "--input", str(clip))
+    check = run_edgeasr("check", "--config", str(config), "--input", str(clip))
     assert check.returncode == 0, check.stderr
     assert [line for line in check.stdout.splitlines() if line.startswith("warning: ")] == [
         f"warning: {line}" for line in expected]
 
-    run = edgeasr("--config", str(config), "--input", str(clip))
+    run = run_edgeasr("--config", str(config), "--input", str(clip))
     assert run.returncode == 0, run.stderr[-3000:]
     for line in expected:  # once each, as a warning
         assert sum(row.endswith(f" WARNING edgeasr.commands.run: {line}") for row in run.stderr.splitlines()) == 1, \

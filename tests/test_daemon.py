@@ -2,131 +2,26 @@
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jiwer
 import numpy as np
 import pytest
 import soundfile as sf
-import yaml
-from conftest import make_engine, normalize
-from test_payload import PARTIAL, validator
+from helpers.audio import stream_rows
+from helpers.daemon import Running, finish, start_daemon, write_config
+from helpers.payload import PARTIAL, validator
+from helpers.text import normalize
 
-REPO = Path(__file__).resolve().parents[1]
-STREAM_TIMEOUT_S = 240
 REALTIME_UTTERANCES = 4  # of dev_stream_01: two of them while the broker is down, one after
-
-
-def write_config(path: Path, settings: dict) -> Path:
-    tree: dict = {}
-    for key, value in settings.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = str(value) if isinstance(value, Path) else value
-    path.write_text(yaml.safe_dump(tree))
-    return path
-
-
-def start_daemon(config: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "edgeasr", "--config", str(config)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
-
-
-def finish(proc: subprocess.Popen, timeout_s: float = STREAM_TIMEOUT_S) -> tuple[str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"daemon did not finish; stderr:\n{err[-3000:]}") from None
-    assert proc.returncode == 0, err[-3000:]
-    return out, err
-
-
-class Running:
-    """The daemon in a subprocess with `output.stdout` on: its transcript lines are read as
-    they come, so that a test waits for what it needs instead of for a time."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        self.lines: list[dict] = []
-        self.err: list[str] = []
-        self._cond = threading.Condition()
-        self._ended = False  # stdout closed
-        self._readers = [threading.Thread(target=self._read_out, daemon=True)]
-        if proc.stderr is not None:  # else a file the test reads
-            self._readers.append(threading.Thread(target=lambda: self.err.extend(proc.stderr), daemon=True))
-        for t in self._readers:
-            t.start()
-
-    def _read_out(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                with self._cond:
-                    self.lines.append(json.loads(line))
-                    self._cond.notify_all()
-        with self._cond:
-            self._ended = True
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[list[dict]], bool], timeout_s: float = 120) -> list[dict]:
-        """The transcripts printed once `predicate` holds for them (or the daemon ended, or the
-        time is up)."""
-        with self._cond:
-            self._cond.wait_for(lambda: predicate(self.lines) or self._ended, timeout_s)
-            return list(self.lines)
-
-    def wait_lines(self, n: int, timeout_s: float = 120) -> list[dict]:
-        return self.wait_for(lambda lines: len(lines) >= n, timeout_s)[:n]
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        self.proc.send_signal(sig)
-
-    def finish(self, timeout_s: float = STREAM_TIMEOUT_S) -> str:
-        """Wait for the end (exit code 0); its stderr."""
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"daemon did not finish; stderr:\n{self.stderr()[-3000:]}") from None
-        for t in self._readers:
-            t.join(10)
-        assert self.proc.returncode == 0, self.stderr()[-3000:]
-        return self.stderr()
-
-    def stderr(self) -> str:
-        return "".join(self.err)
-
-
-def stream_rows(dev_dir: Path, stream_id: str) -> list[dict]:
-    with (dev_dir / "longform" / "segments.tsv").open(newline="") as f:
-        rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        return [r for r in rows if r["stream_id"] == stream_id]
 
 
 def base_settings(tiny_default_bundle: Path, tmp_path: Path, audio: Path, realtime: bool) -> dict:
     return {"device_id": "testdev", "state_dir": tmp_path / "state", "model.path": tiny_default_bundle,
             "encoder.backend": "onnx", "input.source": "file", "input.path": audio,
             "input.realtime": realtime, "mqtt.metrics_interval_s": 0}
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_default_bundle):
-    return make_engine(tiny_default_bundle)
 
 
 def per_utterance_wer(engine, audio_path: Path, rows: list[dict]) -> float:
@@ -162,15 +57,16 @@ def check_stream(sub, rows: list[dict], utterance_wer: float) -> list[dict]:
     return messages
 
 
+@pytest.mark.slow  # 46 s of audio at real time: 48 s
 def test_a_stream_at_real_time_publishes_every_utterance_through_a_broker_outage(
-        tiny_default_bundle, dev_dir, tmp_path, mosquitto, subscribe, engine):  # noqa: F811
+        tiny_default_bundle, dev_dir, tmp_path, mosquitto, subscribe, tiny_engine):
     """The first four utterances of dev_stream_01 (46 s, cut in the pause after them) at real
     time, the one stream played so: partial results come while each utterance is spoken, and
     the broker is down from the first transcript until two more were made; every transcript
     still arrives, in order."""
-    rows = stream_rows(dev_dir, "dev_stream_01")[:REALTIME_UTTERANCES]
+    rows = stream_rows("dev_stream_01")[:REALTIME_UTTERANCES]
     whole, rate = sf.read(dev_dir / "longform" / "dev_stream_01.wav", dtype="int16")
-    after = stream_rows(dev_dir, "dev_stream_01")[REALTIME_UTTERANCES]
+    after = stream_rows("dev_stream_01")[REALTIME_UTTERANCES]
     audio_path = tmp_path / "stream.wav"
     sf.write(audio_path, whole[: (int(rows[-1]["end_sample"]) + int(after["start_sample"])) // 2], rate)
     sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
@@ -182,7 +78,7 @@ def test_a_stream_at_real_time_publishes_every_utterance_through_a_broker_outage
     made = len(daemon.lines)
     assert len(daemon.wait_lines(made + 2)) == made + 2, daemon.stderr()[-3000:]  # made while it is down
     mosquitto.start()
-    utterance_wer = per_utterance_wer(engine, audio_path, rows)
+    utterance_wer = per_utterance_wer(tiny_engine, audio_path, rows)
     daemon.finish()
     messages = check_stream(sub, rows, utterance_wer)  # none lost in the outage
     print(f"\n{len(messages)} transcripts, {len(daemon.lines)} printed, {made} before the outage")
@@ -196,23 +92,23 @@ def test_a_stream_at_real_time_publishes_every_utterance_through_a_broker_outage
 
 
 def test_a_noisy_stream_read_as_fast_as_it_decodes_publishes_every_utterance(
-        tiny_default_bundle, dev_dir, tmp_path, mosquitto, subscribe, engine):  # noqa: F811
+        tiny_default_bundle, dev_dir, tmp_path, mosquitto, subscribe, tiny_engine):
     """dev_stream_01 with noise at 20 dB SNR, through the daemon from a file read as fast as it
     is decoded (the segmenter reads the same audio at any pace; pacing is the test above's).
     (dev_stream_02 tests nothing these two do not: its WER is a benchmark's.)"""
-    rows = stream_rows(dev_dir, "dev_stream_01_noisy20db")
+    rows = stream_rows("dev_stream_01_noisy20db")
     audio_path = dev_dir / "longform" / "dev_stream_01_noisy20db.wav"
     sub = subscribe(mosquitto, ["edgeasr/testdev/#"])
     settings = base_settings(tiny_default_bundle, tmp_path, audio_path, realtime=False)
     settings.update(mosquitto.overrides())
     daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings))
-    utterance_wer = per_utterance_wer(engine, audio_path, rows)
+    utterance_wer = per_utterance_wer(tiny_engine, audio_path, rows)
     finish(daemon)
     check_stream(sub, rows, utterance_wer)
 
 
 def test_sigkill_then_restart_delivers_every_transcript(tiny_default_bundle, dev_dir, tmp_path,
-                                                        mosquitto, subscribe):  # noqa: F811
+                                                        mosquitto, subscribe):
     """Broker down, daemon killed with SIGKILL after producing transcripts (and before the end
     of its stream): on restart the outbox publishes every one of them."""
     sub = subscribe(mosquitto, ["edgeasr/testdev/transcript"])
@@ -243,8 +139,8 @@ def test_sigkill_then_restart_delivers_every_transcript(tiny_default_bundle, dev
 
 
 def test_silence_and_noise_publish_nothing(tiny_default_bundle, dev_dir, tmp_path,
-                                           mosquitto, subscribe):  # noqa: F811
-    rows = stream_rows(dev_dir, "dev_stream_01_noisy20db")
+                                           mosquitto, subscribe):
+    rows = stream_rows("dev_stream_01_noisy20db")
     noisy, sr = sf.read(dev_dir / "longform" / "dev_stream_01_noisy20db.wav", dtype="int16")
     gaps = [noisy[int(a["end_sample"]) + 1600 : int(b["start_sample"]) - 1600] for a, b in zip(rows, rows[1:])]
     noise = np.concatenate(gaps)
@@ -261,29 +157,15 @@ def test_silence_and_noise_publish_nothing(tiny_default_bundle, dev_dir, tmp_pat
     assert [json.loads(m.payload)["state"] for m in sub.on("edgeasr/testdev/status")][:1] == ["online"]
 
 
-def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_default_bundle, dev_dir, tmp_path):
-    sock_path = tmp_path / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(0.5)
+def test_notify_socket_sees_ready_watchdog_and_stopping(tiny_default_bundle, dev_dir, tmp_path, notify_socket):
     settings = base_settings(tiny_default_bundle, tmp_path, dev_dir / "longform" / "dev_stream_02.wav", True)
     daemon = start_daemon(write_config(tmp_path / "edgeasr.yaml", settings),
-                          env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
-    messages: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and messages.count("WATCHDOG=1") < 4:
-        try:
-            messages.append(sock.recv(4096).decode())
-        except TimeoutError:
-            pass
+                          env={"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "1000000"})
+    received = notify_socket.collect(daemon, 60, until=lambda messages: messages.count("WATCHDOG=1") >= 4)
     daemon.send_signal(signal.SIGTERM)
     out, err = finish(daemon, 60)
-    while True:
-        try:
-            messages.append(sock.recv(4096).decode())
-        except TimeoutError:
-            break
-    sock.close()
+    received += notify_socket.collect(daemon, 10)  # what it sent before it ended
+    messages = [m for _, _, m in received]
     text = "\n".join(messages)
     assert "READY=1" in text and "STATUS=" in text and "STOPPING=1" in text
     assert messages.count("WATCHDOG=1") >= 4

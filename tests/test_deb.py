@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import wer
-from test_systemd_unit import SyscallSandbox, unit_settings
+from helpers.systemd import SyscallSandbox, unit_settings
+from helpers.text import wer
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "packaging" / "build-deb.sh"
@@ -144,6 +144,7 @@ def readable_dir():
     shutil.rmtree(path)
 
 
+@pytest.mark.slow  # 36 s in the full run
 def test_install_check_purge(deb, tiny_default_bundle, dev_dir, dev_manifest, readable_dir):
     if installed():
         assert purge().returncode == 0

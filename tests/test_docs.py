@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 import sys
@@ -118,3 +119,61 @@ def test_the_benchmarks_page_holds_today_and_the_archive_the_dated_runs():
 def test_the_changelog_speaks_to_users_not_in_milliseconds():
     """Timings belong to docs/benchmarks.md; the changelog says what a user sees."""
     assert not re.findall(r"\d\s?(?:ms|µs)\b", (REPO / "CHANGELOG.md").read_text())
+
+
+# -- docs/architecture.md's tables and the code ---------------------------------------------------
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+PACKAGE = REPO / "edgeasr"
+# a module path as the document writes one in code: `asr/text/`, `asr/decoding.py`,
+# `lab/commands/bench_*.py`, `edgeasr/continuation.py`, `asr/transcriber.py:build_engine`, or a
+# bare `cleanup.py` in a row that names its package
+MODULE_PATH = re.compile(r"^(?:edgeasr/)?((?:[a-z_0-9]+/)*(?:[a-z_0-9*]+\.py|[a-z_0-9]+/))(?::\w+)?$")
+# modules the architecture need not name, and why
+UNNAMED = {
+    "__main__.py": "`python -m edgeasr`: it only calls cli.main",
+}
+
+
+def modules() -> set[str]:
+    """edgeasr's modules, as paths under edgeasr/ (packages' __init__.py left out)."""
+    return {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+
+
+def named_paths() -> list[tuple[str, set[str]]]:
+    """Each module path the document names in code (outside code blocks), with the folders named
+    in the same table row or paragraph (where a bare file name is looked for)."""
+    text = re.sub(r"^```.*?^```$", "", ARCHITECTURE.read_text(), flags=re.S | re.M)
+    named = []
+    for block in re.split(r"\n(?=\|)|\n\s*\n", text):  # a table row, or a paragraph
+        paths = [m.group(1) for span in re.findall(r"`([^`\s]+)`", block)
+                 if (m := MODULE_PATH.match(span)) and span != "edgeasr/"
+                 and not span.startswith(("tests/", "docs/", "packaging/"))]
+        folders = {p.rsplit("/", 1)[0] + "/" for p in paths if "/" in p.rstrip("/")} | {p for p in paths if p.endswith("/")}
+        named += [(p, folders) for p in paths]
+    return named
+
+
+def resolve(path: str, folders: set[str]) -> set[str]:
+    """The modules a named path stands for (for a folder, the folder itself: a package or the
+    data a module reads)."""
+    if path.endswith("/"):
+        return {path} if (PACKAGE / path).is_dir() else set()
+    candidates = [path] if "/" in path else [path, *(folder + path for folder in folders)]
+    return {m for m in modules() for c in candidates if fnmatch.fnmatchcase(m, c)}
+
+
+def test_every_module_the_architecture_names_exists():
+    """Each `asr/...py`, `lab/...`, `continuation.py` or folder docs/architecture.md names is a
+    module (or a folder) of edgeasr/: a bare file name one in a folder its row names."""
+    missing = sorted({path for path, folders in named_paths() if not resolve(path, folders)})
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+def test_the_architecture_names_every_module():
+    """Every module of edgeasr/ is in docs/architecture.md's tables or prose, by path (or by name
+    in a row of its package), but the few in UNNAMED."""
+    named = set().union(*(resolve(path, folders) for path, folders in named_paths()))
+    unnamed = sorted(modules() - named - set(UNNAMED))
+    assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"
+    assert not set(UNNAMED) - modules(), "UNNAMED lists a module that is gone"

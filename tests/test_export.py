@@ -1,4 +1,4 @@
-"""The imported bundle against CTranslate2's Whisper on real speech (issue: model bundles).
+"""The imported bundle against CTranslate2's Whisper on real speech.
 
 CTranslate2 runs the same weights from the CTranslate2 files with its own kernels
 (ct2_reference.py); our graphs are built from those weights node by node. Both are asked
@@ -31,18 +31,16 @@ import shutil
 
 import numpy as np
 import pytest
-import soundfile as sf
+from helpers.ct2_reference import CLIPS, mel_of, prompt_of
 
 from edgeasr.asr.decoding import DecoderSession
 from edgeasr.asr.encoder import OnnxEncoder
-from edgeasr.asr.features import SILENCE, MelSpec, log_mel, silence_level
+from edgeasr.asr.features import SILENCE, silence_level
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ModelError, UsageError
 
 RELATIVE_TOLERANCE = 1e-4  # of max |reference|: see the module docstring
-CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en",
-         "jfk_inaugural-1961"]
 PROMPT_TEXT = [440, 1110]  # two text tokens after the prompt: the step then has a cache to read
 DEFAULT_ROLES = {"encoder_int8", "decoder_cross_int8", "decoder_step_int8", "decoder_align_int8",
                  "token_embedding", "silence_rows", "tokenizer"}
@@ -54,25 +52,8 @@ def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
 
 
-def mel_of(dev_dir, clip: str, bundle, window_s: float | None = None) -> np.ndarray:
-    """edgeasr's NHWC log-mel [1, 1, F, n_mels] of the clip's first window."""
-    a = bundle.audio
-    n_frames = round((window_s or a.window_s) * a.sample_rate / a.hop_length)
-    spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, n_frames)
-    audio, rate = sf.read(dev_dir / "audio" / f"{clip}.wav", dtype="float32")
-    assert rate == a.sample_rate
-    return log_mel(audio[: spec.n_samples], spec)
-
-
 def ct2_mel(mel: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(mel[0, 0].T)[None]  # [1, n_mels, F]
-
-
-def prompt_of(bundle) -> list[int]:
-    tok = bundle.tokens
-    if bundle.multilingual:
-        return [tok.sot, tok.languages["en"], tok.transcribe, tok.no_timestamps]
-    return [tok.sot, tok.no_timestamps]
 
 
 def teacher_forced_logits(session: DecoderSession, prompt: list[int], tokens: list[int]) -> list[np.ndarray]:
@@ -105,7 +86,8 @@ def test_manifest_describes_the_bundle(tiny_bundle):
 
 
 def test_default_bundle_holds_what_the_runtime_reads(tiny_default_bundle, dev_dir, dev_manifest):
-    from conftest import make_engine, wer
+    from helpers.engines import make_engine
+    from helpers.text import wer
 
     from edgeasr.audio.files import load_audio
 

@@ -1,4 +1,4 @@
-"""Two first runs at once on a fresh state_dir (issue 27, row 11): both prepare the embedded
+"""Two first runs at once on a fresh state_dir: both prepare the embedded
 default bundle, one builds it while the other waits, and both transcribe with it."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from edgeasr.models.default import default_dir, models_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.model  # builds the default bundle from the weights package
+# builds the default bundle from the weights package, twice at once: 49 s in the full run
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 
 def test_two_first_runs_at_once_share_one_build(tmp_path, dev_dir):

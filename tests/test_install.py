@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from import_graph import MODULES, RUNTIME, part, reached
+from helpers.import_graph import MODULES, RUNTIME, part, reached
 
 REPO = Path(__file__).resolve().parents[1]
 WHERE = "is a developer tool: run it from a checkout, `pip install -e '.[bench]'`"

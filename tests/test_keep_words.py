@@ -1,4 +1,4 @@
-"""Every spoken word kept (issue 24): short commands never come back empty, quiet speech the VAD
+"""Every spoken word kept: short commands never come back empty, quiet speech the VAD
 misses is kept, loops are caught whatever their case, a word read again across a window seam is
 dropped once, and the evaluation's folds keep each speaker whole."""
 
@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SHARED, make_engine, normalize
+from helpers.audio import SHARED
+from helpers.engines import make_engine
+from helpers.text import normalize
+from helpers.voices import said
 
 from edgeasr.asr.text.pieces import Piece, find_loop
 from edgeasr.audio.files import load_audio
@@ -14,7 +17,7 @@ from edgeasr.continuation import decode_until
 from edgeasr.lab.evaluation.ablation import HIT, INSERTED, compare
 from edgeasr.lab.evaluation.command_phrases import FRENCH_SHORT, GERMAN_SHORT
 from edgeasr.lab.evaluation.scoring import Scorer, folds, read_entries, speaker_of
-from edgeasr.lab.evaluation.voices import Speakers, Voice
+from edgeasr.lab.evaluation.voices import Voice
 from edgeasr.stages import SAMPLE_RATE
 
 MORE = SHARED / "eval" / "dev-more"
@@ -25,37 +28,23 @@ VOICES = (Voice("piper", "en_US-joe-medium", 1.0, 0.667), Voice("piper", "en_US-
 
 
 @pytest.fixture(scope="module")
-def speakers():
-    return Speakers()
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_default_bundle):
-    return make_engine(tiny_default_bundle)
-
-
-@pytest.fixture(scope="module")
 def base(base_bundle):
     return make_engine(base_bundle, **{"model.language": "en"})
 
 
-def padded(audio: np.ndarray) -> np.ndarray:
-    pause = np.zeros(int(0.3 * SAMPLE_RATE), np.float32)
-    return np.concatenate([pause, audio, pause])
-
-
-@pytest.mark.parametrize("engine_name", ["tiny", "base"])
+@pytest.mark.parametrize("engine_name", ["tiny_engine", "base"], ids=["tiny", "base"])
 def test_short_commands_never_come_back_empty(engine_name, request, speakers):
     """One- and two-word commands by piper and three espeak-ng voices: each gives text (0.6
     returned nothing for a quarter of them: a window that failed the log-probability gate at
     temperature 0 was taken for silence)."""
     engine = request.getfixturevalue(engine_name)
-    said = [(text, voice) for text in SHORT_COMMANDS for voice in VOICES]
-    empty = [(text, voice.describe()) for text, voice in said
-             if not engine.transcribe(padded(speakers.say(text, voice))).text.strip()]
+    commands = [(text, voice) for text in SHORT_COMMANDS for voice in VOICES]
+    empty = [(text, voice.describe()) for text, voice in commands
+             if not engine.transcribe(said(speakers, text, voice)).text.strip()]
     assert not empty, empty
 
 
+@pytest.mark.slow  # 36 s in the full run
 def test_short_german_and_french_commands_never_come_back_empty(base, speakers):
     """base with the language given, espeak-ng's German and French voices: no window of a short
     command is taken for silence. The padding rows had raised the no-speech probability of short
@@ -63,29 +52,29 @@ def test_short_german_and_french_commands_never_come_back_empty(base, speakers):
     whisper reads them); silence is now judged without them (Transcriber._no_speech)."""
     voices = {"de": (Voice("espeak", "de+m3", 170), Voice("espeak", "de+f2", 130)),
               "fr": (Voice("espeak", "fr", 190), Voice("espeak", "fr+m3", 190))}
-    said = [(text, voice, language) for language, texts in (("de", GERMAN_SHORT), ("fr", FRENCH_SHORT))
-            for text in texts for voice in voices[language]]
-    empty = [(text, voice.describe()) for text, voice, language in said
-             if not base.transcribe(padded(speakers.say(text, voice)), language=language).text.strip()]
+    commands = [(text, voice, language) for language, texts in (("de", GERMAN_SHORT), ("fr", FRENCH_SHORT))
+                for text in texts for voice in voices[language]]
+    empty = [(text, voice.describe()) for text, voice, language in commands
+             if not base.transcribe(said(speakers, text, voice), language=language).text.strip()]
     assert not empty, empty
 
 
-def test_quiet_speech_the_vad_misses_is_kept(tiny):
+def test_quiet_speech_the_vad_misses_is_kept(tiny_engine):
     """A FLEURS sentence recorded at -67 dBFS: webrtcvad hears 3 of its frames, Whisper reads it
     right; the segment is kept because the decoder does not doubt it."""
     audio = load_audio(MORE / "audio" / "fleurs_en_004.wav", SAMPLE_RATE)
     assert 20 * np.log10(np.sqrt(np.mean(audio**2))) < -60  # the case: a very quiet recording
-    words = normalize(tiny.transcribe(audio).text).split()
+    words = normalize(tiny_engine.transcribe(audio).text).split()
     reference = normalize("many people do not think about them as dinosaurs because they have feathers "
                           "and can fly").split()
     assert len(set(words) & set(reference)) >= 0.8 * len(set(reference)), words
 
 
-def test_a_seam_does_not_read_a_word_twice(tiny, dev_dir):
+def test_a_seam_does_not_read_a_word_twice(tiny_engine, dev_dir):
     """ls_test-other_3331-159605-0008 (21.5 s): tiny.en's first window ends "...free to confess
     that the" and the next one began "the old temptation"; and its second window loops."""
     audio = load_audio(dev_dir / "audio" / "ls_test-other_3331-159605-0008.wav", SAMPLE_RATE)
-    words = normalize(tiny.transcribe(audio).text).split()
+    words = normalize(tiny_engine.transcribe(audio).text).split()
     pairs = list(zip(words, words[1:]))
     assert ("the", "the") not in pairs, words
     assert words.count("interviews") == 1, words  # the loop "she missed the ... interviews" is cut

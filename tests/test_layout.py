@@ -4,9 +4,8 @@ keep its direction. Every import counts, the ones inside functions too."""
 from __future__ import annotations
 
 import pytest
-from import_graph import MODULES, PACKAGE, RUNTIME, STAGES, part, reached, targets
+from helpers.import_graph import MODULES, PACKAGE, RUNTIME, STAGES, part, reached, targets
 
-# entry points, model preparation, and the lab (benches, evaluation, the Hailo compiler): never
 # imported at run time
 TOOLS = ("commands", "models", "lab")
 ROOTS = ("daemon", "cli", "__main__")  # the wiring: may import every stage

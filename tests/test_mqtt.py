@@ -8,65 +8,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from broker_fixtures import TEST_PASSWORD, Broker, Subscriber
-from test_payload import make_inputs, transcript, validator
+from helpers.broker import TEST_PASSWORD, Broker
+from helpers.mqtt import DEVICE, INFO, TOPICS, make_publisher, sample_draft, transcripts, wait_seqs
+from helpers.payload import validator
+from helpers.waiting import wait_until
 
-from edgeasr.config import load_config
 from edgeasr.errors import ConfigError, MissingInputError
 from edgeasr.output import payload as msgs
-from edgeasr.output.mqtt import MqttPublisher, Topics
 from edgeasr.output.outbox import Outbox
-from edgeasr.stages import Transcript
 
 TESTS = Path(__file__).resolve().parent
-DEVICE = "dev1"
-TOPICS = Topics.for_device("edgeasr", DEVICE)
-INFO = {"version": "0.0-test", "model": "tiny.en", "backend": "onnx"}
-
-
-def sample_draft(i: int) -> Transcript:
-    segment, transcription = make_inputs(text=f" utterance {i}")
-    return transcript(segment, transcription)
-
-
-def make_publisher(broker: Broker, state: Path, **mqtt: Any) -> MqttPublisher:
-    """A publisher configured the daemon's way: through edgeasr.config (mqtt.* keys)."""
-    options = load_config(None, broker.overrides(**mqtt)).mqtt
-    outbox = Outbox.in_state_dir(state, options.outbox_max)
-    return MqttPublisher(options, device_id=DEVICE, outbox=outbox, **INFO)
-
-
-def transcripts(sub: Subscriber) -> list[dict]:
-    return [m.json() for m in sub.on(TOPICS.transcript)]
-
-
-def distinct_seqs(sub: Subscriber) -> list[int]:
-    """Seqs in arrival order, repeats (at-least-once redeliveries) dropped."""
-    seen: list[int] = []
-    for message in transcripts(sub):
-        if message["seq"] not in seen:
-            seen.append(message["seq"])
-    return seen
-
-
-def wait_seqs(sub: Subscriber, n: int, timeout_s: float = 15.0) -> list[int]:
-    sub.wait_for(lambda s: len(distinct_seqs(s)) >= n, timeout_s)
-    return distinct_seqs(sub)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
-    """Poll `condition` (state another thread or process owns) until it holds; False on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
+PAHO_LOG = "edgeasr.output.paho_client.paho"  # paho's own log lines, at DEBUG
 
 
 def test_transcripts_arrive_in_order_and_match_the_schema(mosquitto, subscribe, tmp_path):
@@ -97,11 +52,11 @@ def test_broker_outage_mid_stream_loses_nothing(mosquitto, subscribe, tmp_path):
         pub.publish(sample_draft(i))
     assert pub.flush(10)
     mosquitto.stop()
-    assert wait_until(lambda: not pub.connected, 5)
+    wait_until(lambda: not pub.connected, 5)
     for i in range(5, 10):
         pub.publish(sample_draft(i))
     assert pub.stats()["depth"] == 5  # kept on disk while the broker is away
-    assert wait_until(lambda: pub.stats()["connect_failure"] is not None)  # it tried, and will again
+    wait_until(lambda: pub.stats()["connect_failure"] is not None, 15)  # it tried, and will again
     mosquitto.start()
     for i in range(10, 15):
         pub.publish(sample_draft(i))
@@ -110,7 +65,15 @@ def test_broker_outage_mid_stream_loses_nothing(mosquitto, subscribe, tmp_path):
     pub.close(5)
 
 
-def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mosquitto, subscribe, tmp_path):
+def sent_transcripts(caplog) -> int:
+    """How many transcript PUBLISH packets paho has sent, from its own debug lines."""
+    return sum(r.getMessage().startswith("paho: Sending PUBLISH") and TOPICS.transcript in r.getMessage()
+               for r in caplog.records if r.name == PAHO_LOG)
+
+
+def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mosquitto, subscribe, tmp_path,
+                                                                             caplog):
+    caplog.set_level(logging.DEBUG, logger=PAHO_LOG)
     sub = subscribe(mosquitto, [TOPICS.transcript])
     pub = make_publisher(mosquitto, tmp_path / "state").start()
     assert pub.wait_connected(10)
@@ -120,12 +83,14 @@ def test_unacknowledged_transcripts_are_replayed_in_order_after_broker_crash(mos
     # the broker's next autosave (every second) persists the subscriber's session
     saved = mosquitto.data / "mosquitto.db"
     after = time.time_ns()
-    assert wait_until(lambda: saved.exists() and saved.stat().st_mtime_ns > after, 5)
+    wait_until(lambda: saved.exists() and saved.stat().st_mtime_ns > after, 5)
     mosquitto.proc.send_signal(signal.SIGSTOP)  # frozen: transcripts go out, no PUBACK comes back
+    before = sent_transcripts(caplog)
     for i in range(3, 8):
         pub.publish(sample_draft(i))
-    time.sleep(0.5)
-    assert pub.connected and pub.stats()["depth"] == 5  # handed to paho, still unacknowledged
+    # the sender hands all five to paho, which sends them: five more PUBLISH packets on the wire
+    wait_until(lambda: sent_transcripts(caplog) - before == 5, 10, lambda: caplog.text[-3000:])
+    assert pub.connected and pub.stats()["depth"] == 5  # sent, and still unacknowledged
     mosquitto.kill()
     mosquitto.start()
     assert wait_seqs(sub, 8) == list(range(1, 9))
@@ -140,7 +105,7 @@ from pathlib import Path
 from edgeasr.config import load_config
 from edgeasr.output.mqtt import MqttPublisher
 from edgeasr.output.outbox import Outbox
-from test_mqtt import DEVICE, INFO, sample_draft
+from helpers.mqtt import DEVICE, INFO, sample_draft
 options = load_config(None, json.loads(sys.argv[1])).mqtt
 outbox = Outbox.in_state_dir(Path(sys.argv[2]), options.outbox_max)
 pub = MqttPublisher(options, device_id=DEVICE, outbox=outbox, **INFO).start()

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_fixtures import HOST, Broker, _make_cert, free_port
-from test_mqtt import TOPICS, make_publisher, sample_draft, wait_seqs, wait_until
+from helpers.broker import Broker, _make_cert
+from helpers.mqtt import TOPICS, make_publisher, sample_draft, wait_seqs
+from helpers.ports import HOST, free_port
+from helpers.waiting import wait_until
 
 from edgeasr.errors import ConfigError
 from edgeasr.output.mqtt import MqttPublisher
@@ -92,7 +94,7 @@ def test_each_connection_failure_is_logged_once_with_its_reason(kind, request, t
     pub.start()
     try:
         # the first failure, then the same again
-        assert wait_until(lambda: attempts(caplog) >= 2, 30), caplog.text
+        wait_until(lambda: attempts(caplog) >= 2, 30, lambda: caplog.text)
         lines = cannot_connect(caplog)
         assert len(lines) == 1, [r.getMessage() for r in lines]
         text = lines[0].getMessage()
@@ -116,16 +118,16 @@ def test_a_new_reason_is_logged_and_a_connect_resets(mosquitto, subscribe, tmp_p
     pub = make_publisher(mosquitto, tmp_path / "state").start()
     assert pub.wait_connected(10)
     mosquitto.stop()
-    assert wait_until(lambda: len(cannot_connect(caplog)) == 1, 10)
+    wait_until(lambda: len(cannot_connect(caplog)) == 1, 10)
     before = attempts(caplog)
     pub.publish(sample_draft(0))
-    assert wait_until(lambda: attempts(caplog) >= before + 2, 10)
+    wait_until(lambda: attempts(caplog) >= before + 2, 10)
     assert len(cannot_connect(caplog)) == 1  # refused, refused, refused: one line
     with socket.socket() as silent:  # same port, now a listener that never answers
         silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the broker's closed sockets linger
         silent.bind((HOST, mosquitto.port))
         silent.listen(16)
-        assert wait_until(lambda: len(cannot_connect(caplog)) == 2, 30)
+        wait_until(lambda: len(cannot_connect(caplog)) == 2, 30)
     texts = [r.getMessage() for r in cannot_connect(caplog)]
     assert "connection refused" in texts[0] and "timeout" in texts[1]
     mosquitto.start()
@@ -133,7 +135,7 @@ def test_a_new_reason_is_logged_and_a_connect_resets(mosquitto, subscribe, tmp_p
     assert wait_seqs(sub, 1) == [1]
     assert pub.health().connect_failure is not None  # the last one is kept for health()
     mosquitto.stop()  # a new outage: its reason is logged again, even if it is the first one's
-    assert wait_until(lambda: len(cannot_connect(caplog)) == 3, 10)
+    wait_until(lambda: len(cannot_connect(caplog)) == 3, 10)
     assert "connection refused" in cannot_connect(caplog)[2].getMessage()
     pub.close(1)
 
@@ -152,7 +154,7 @@ def password_warnings(caplog) -> list[str]:
 
 
 def test_world_readable_password_file_is_warned_about_once_and_used(mosquitto_tls, subscribe, tmp_path, caplog):
-    from broker_fixtures import TEST_PASSWORD
+    from helpers.broker import TEST_PASSWORD
 
     secret = tmp_path / "mqtt-password"
     secret.write_text(TEST_PASSWORD + "\n")

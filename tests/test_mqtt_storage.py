@@ -7,27 +7,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
-from small_disk import Disk, small_tmpfs
-from test_mqtt import DEVICE, INFO, TOPICS, distinct_seqs, sample_draft, transcripts, wait_seqs, wait_until
-from test_payload import validator
+from helpers.mqtt import DEVICE, TOPICS, distinct_seqs, publisher_and_outbox, sample_draft, transcripts, wait_seqs
+from helpers.payload import validator
+from helpers.small_disk import Disk, small_tmpfs
+from helpers.waiting import wait_until
 
-from edgeasr.config import load_config
 from edgeasr.output.mqtt import MqttPublisher
 from edgeasr.output.outbox import Entry, Outbox
 
 pytestmark = pytest.mark.broker
-
-
-def publisher(broker, state: Path, outbox_class: type[Outbox] = Outbox, **mqtt) -> tuple[MqttPublisher, Any]:
-    """As the daemon builds it (mqtt.* keys through edgeasr.config); the outbox is the test's to look into."""
-    options = load_config(None, broker.overrides(**mqtt)).mqtt
-    outbox = outbox_class.in_state_dir(state, options.outbox_max)
-    pub = MqttPublisher(options, device_id=DEVICE, outbox=outbox, version=INFO["version"], model=INFO["model"],
-                        backend=INFO["backend"])
-    return pub, outbox
 
 
 def errors(sub) -> list[dict]:
@@ -36,27 +26,27 @@ def errors(sub) -> list[dict]:
 
 def stop_broker(broker, pub: MqttPublisher) -> None:
     broker.stop()
-    assert wait_until(lambda: not pub.connected, 5)
+    wait_until(lambda: not pub.connected, 5)
 
 
 @pytest.mark.system
 def test_full_disk_with_broker_down_then_space_then_broker_delivers_all_in_order(mosquitto, subscribe, tmp_path):
     sub = subscribe(mosquitto, [TOPICS.transcript])
     with small_tmpfs(tmp_path / "disk") as disk:
-        pub, outbox = publisher(mosquitto, disk.path)
+        pub, outbox = publisher_and_outbox(mosquitto, disk.path)
         assert pub.start().wait_connected(10)
         stop_broker(mosquitto, pub)
         for i in range(3):
             pub.publish(sample_draft(i))
         disk.fill()
         for i in range(3, 11):
-            pub.publish(sample_draft(i))  # the issue: 6 of these raised and were gone
+            pub.publish(sample_draft(i))  # before the spool, 6 of these raised and were gone
         health = pub.health()
         assert health.storage_failing and "database or disk is full" in str(health.storage_error)
         assert health.held_in_memory == 8 and health.waiting == 11 and health.dropped == 0
         disk.free()
         # the sender retries the disk every second and moves memory there
-        assert wait_until(lambda: not pub.health().storage_failing)
+        wait_until(lambda: not pub.health().storage_failing, 15)
         assert pub.health().held_in_memory == 0 and pub.stats()["depth"] == 11
         mosquitto.start()
         assert wait_seqs(sub, 11) == list(range(1, 12))
@@ -75,7 +65,7 @@ def test_broker_back_while_disk_still_full_sends_from_memory_and_survives_failed
 ):
     sub = subscribe(mosquitto, [TOPICS.transcript, TOPICS.error])
     with small_tmpfs(tmp_path / "disk") as disk:
-        pub, outbox = publisher(mosquitto, disk.path)
+        pub, outbox = publisher_and_outbox(mosquitto, disk.path)
         assert pub.start().wait_connected(10)
         stop_broker(mosquitto, pub)
         for i in range(5):
@@ -103,7 +93,7 @@ def test_broker_back_while_disk_still_full_sends_from_memory_and_survives_failed
         recovered = errors(sub)[1]
         validator("error").validate(recovered)
         assert recovered["resolved"] is True and recovered["error"].startswith("storage recovered")
-        for i in range(14, 19):  # the issue: these were stored and never sent
+        for i in range(14, 19):  # before the spool, these were stored and never sent
             pub.publish(sample_draft(i))
         assert wait_seqs(sub, 19) == list(range(1, 20))
         assert pub.flush(10)
@@ -118,7 +108,7 @@ def test_broker_back_while_disk_still_full_sends_from_memory_and_survives_failed
 def test_disk_full_while_connected_publishes_directly(mosquitto, subscribe, tmp_path):
     sub = subscribe(mosquitto, [f"edgeasr/{DEVICE}/#"])
     with small_tmpfs(tmp_path / "disk") as disk:
-        pub, outbox = publisher(mosquitto, disk.path, metrics_interval_s=0.3)
+        pub, outbox = publisher_and_outbox(mosquitto, disk.path, metrics_interval_s=0.3)
         assert pub.start().wait_connected(10)
         pub.publish(sample_draft(0))
         assert pub.flush(10)
@@ -135,7 +125,7 @@ def test_disk_full_while_connected_publishes_directly(mosquitto, subscribe, tmp_
         failing_metrics = next(m.json() for m in sub.on(TOPICS.metrics) if m.json()["outbox"]["storage_failing"])
         validator("metrics").validate(failing_metrics)
         disk.free()
-        assert wait_until(lambda: not pub.health().storage_failing)
+        wait_until(lambda: not pub.health().storage_failing, 15)
         for i in range(6, 9):
             pub.publish(sample_draft(i))
         assert wait_seqs(sub, 9) == list(range(1, 10))
@@ -148,7 +138,7 @@ def test_disk_full_while_connected_publishes_directly(mosquitto, subscribe, tmp_
 def test_memory_bound_with_broker_down_keeps_the_newest_and_counts(mosquitto, subscribe, tmp_path):
     sub = subscribe(mosquitto, [TOPICS.transcript])
     with small_tmpfs(tmp_path / "disk") as disk:
-        pub, outbox = publisher(mosquitto, disk.path, outbox_max=5)  # memory bound: 5 too
+        pub, outbox = publisher_and_outbox(mosquitto, disk.path, outbox_max=5)  # memory bound: 5 too
         assert pub.start().wait_connected(10)
         stop_broker(mosquitto, pub)
         pub.publish(sample_draft(0))
@@ -169,7 +159,7 @@ def test_memory_bound_with_broker_down_keeps_the_newest_and_counts(mosquitto, su
 
 def _free_and_wait(disk: Disk, pub: MqttPublisher) -> None:
     disk.free()
-    assert wait_until(lambda: not pub.health().storage_failing)
+    wait_until(lambda: not pub.health().storage_failing, 15)
 
 
 class FailingOutbox(Outbox):
@@ -189,7 +179,7 @@ class FailingOutbox(Outbox):
 
 def test_sender_restarts_after_unexpected_exceptions(mosquitto, subscribe, tmp_path, caplog):
     sub = subscribe(mosquitto, [TOPICS.transcript])
-    pub, outbox = publisher(mosquitto, tmp_path / "state", FailingOutbox)
+    pub, outbox = publisher_and_outbox(mosquitto, tmp_path / "state", FailingOutbox)
     assert pub.start().wait_connected(10)
     outbox.failures = 3
     for i in range(4):

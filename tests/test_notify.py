@@ -5,14 +5,11 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import socket
-import struct
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
+from helpers.notify import NotifySocket
 
 from edgeasr.notify import Progress, SystemdNotifier, Watchdog, journal_handler, watchdog_interval_s
 
@@ -47,44 +44,6 @@ watchdog.stop()
 notifier.stopping()
 stop.set()
 """
-
-
-class NotifySocket:
-    """What systemd does with NOTIFY_SOCKET: an AF_UNIX datagram socket, sender pid attached."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.sock.bind(str(path))
-
-    def collect(self, proc: subprocess.Popen, timeout_s: float) -> list[tuple[float, int, str]]:
-        """(receive time, sender pid, datagram) until the process exits."""
-        received = []
-        deadline = time.monotonic() + timeout_s
-        self.sock.settimeout(0.05)
-        while time.monotonic() < deadline:
-            try:
-                data, ancdata, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("iii")))
-            except TimeoutError:
-                if proc.poll() is not None:
-                    break
-                continue
-            pid = next(
-                struct.unpack("iii", d[:12])[0] for lvl, typ, d in ancdata if typ == socket.SCM_CREDENTIALS
-            )
-            received.append((time.monotonic(), pid, data.decode()))
-        return received
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@pytest.fixture
-def notify_socket(tmp_path: Path):
-    sock = NotifySocket(tmp_path / "notify.sock")
-    yield sock
-    sock.close()
 
 
 def run_daemon(notify_socket: NotifySocket, stall_after: float, run_for: float, watchdog_usec: int = 400_000):

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.small_disk import cap_pages, page_count
 
 from edgeasr.errors import OutputError
 from edgeasr.output.outbox import FILENAME, Entry, Outbox
@@ -125,16 +126,6 @@ def test_corrupt_database_is_an_output_error(tmp_path: Path):
         Outbox.in_state_dir(tmp_path, max_items=5)
 
 
-def cap_pages(outbox: Outbox, pages: int | None) -> None:
-    """SQLite's own limit on the file's size: past it, writes fail with a real SQLITE_FULL."""
-    limit = pages if pages is not None else 1_073_741_823
-    outbox._db.execute(f"PRAGMA max_page_count = {limit}")
-
-
-def page_count(outbox: Outbox) -> int:
-    return outbox._db.execute("PRAGMA page_count").fetchone()[0]
-
-
 def test_sqlite_full_is_an_output_error_and_leaves_no_gap_in_seq(tmp_path: Path):
     outbox = Outbox.in_state_dir(tmp_path, max_items=1000)
     outbox.append(message(0))
@@ -185,7 +176,7 @@ def test_insert_evicts_beyond_the_bound(tmp_path: Path):
 
 
 def test_the_database_and_its_wal_are_private_whatever_the_umask(tmp_path: Path):
-    """Issue 27, row 10: run outside systemd (umask 022), the files holding transcript text are
+    """Run outside systemd (umask 022), the files holding transcript text are
     0600 all the same; files an earlier version left 0644 are closed to others at the next open."""
     import os
     import stat

@@ -8,69 +8,21 @@ import datetime as dt
 import io
 import json
 import math
-import time
 import uuid
 from pathlib import Path
 
 import jinja2
 import jsonschema
-import numpy as np
 import pytest
+from helpers.payload import PARTIAL, make_inputs, transcript, validator
 
 from edgeasr import __version__
 from edgeasr.errors import OutputError
 from edgeasr.output import payload as msgs
 from edgeasr.output.outbox import Outbox
-from edgeasr.stages import SAMPLE_RATE, SpeechSegment, TextSegment, Transcript, Transcription, Word
+from edgeasr.stages import SpeechSegment, Transcript, Transcription, Word
 
 SOURCE = {"device_id": "d", "model": "m", "backend": "b"}
-PARTIAL = "partial"  # the $defs entry of the partial message
-T0 = dt.datetime(2025, 3, 1, 12, 0, 5, 250_000, tzinfo=dt.UTC)
-
-
-def validator(definition: str | None = None) -> jsonschema.Draft202012Validator:
-    """The shipped schema (or one of its $defs) as a strict validator."""
-    schema = msgs.load_schema()
-    if definition is not None:
-        schema = {**schema, "$ref": f"#/$defs/{definition}"}
-        for key in ("type", "required", "properties", "additionalProperties"):
-            schema.pop(key)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-
-
-def make_inputs(text: str = " Hello there, general.", seconds: float = 2.5, end_mono: float | None = None):
-    n = int(seconds * SAMPLE_RATE)
-    segment = SpeechSegment(
-        samples=np.zeros(n, dtype=np.int16),
-        start_sample=16_000,
-        end_sample=16_000 + n,
-        start_utc=T0,
-        end_utc=T0 + dt.timedelta(seconds=seconds),
-        speech_end_mono=time.monotonic() if end_mono is None else end_mono,
-        seq=3,
-    )
-    pieces = (
-        TextSegment(0.0, 1.2, " Hello there,", (1, 2, 3), -0.2, 0.01, 1.1),
-        TextSegment(1.2, 2.4, " general.", (4,), -0.6, 0.02, 1.0),
-    )
-    transcription = Transcription(
-        text=text,
-        segments=pieces,
-        language="en",
-        windows=1,
-        tokens=4,
-        consumed_samples=n,
-        timings_ms={"features": 3.14159, "encoder": 41.0, "decoder": 120.5},
-    )
-    return segment, transcription
-
-
-def transcript(segment: SpeechSegment, transcription: Transcription) -> Transcript:
-    busy = sum(transcription.timings_ms.values())  # all the engine's time went into the stages
-    return Transcript(str(uuid.uuid4()), segment, transcription, busy)
-
-
 def draft(segment: SpeechSegment, transcription: Transcription) -> dict:
     return msgs.build_transcript(transcript(segment, transcription), device_id="d", model="m", backend="b")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import soundfile as sf
-from test_segmenter import DEV, WINDOW_S, read, sentence_pause_sentence
+from helpers.audio import DEV, WINDOW_S, read_wav, sentence_pause_sentence
 
 from edgeasr.audio.clock import StreamClock
 from edgeasr.audio.segmenter import Segmenter
@@ -108,7 +108,7 @@ def test_a_segment_cut_in_a_pause_is_decoded_as_complete(tmp_path):
 
 
 def test_the_tail_of_a_window_cut_in_speech_is_decoded_with_the_next_one_and_the_text_before_it(tmp_path):
-    clip = read(DEV / "audio" / "ls_test-other_3331-159605-0008.wav")  # 21.5 s, no pause long enough
+    clip = read_wav(DEV / "audio" / "ls_test-other_3331-159605-0008.wav")  # 21.5 s, no pause long enough
     pipeline, engine, publisher = run(tmp_path, clip, live=False, engine=RecordingEngine(cut_consumes=0.75))
     (first, final), (second, _) = engine.calls[:2]
     assert not final and first <= WINDOW_S * SAMPLE_RATE
@@ -126,7 +126,7 @@ def test_the_tail_of_a_window_cut_in_speech_is_decoded_with_the_next_one_and_the
 
 
 def test_partial_results_carry_the_id_of_their_final_transcript(tmp_path):
-    clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")  # 8.3 s of speech
+    clip = read_wav(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")  # 8.3 s of speech
     silence = np.zeros(SAMPLE_RATE, np.int16)
     x = np.concatenate([silence, clip, silence, clip, silence])
     pipeline, engine, publisher = run(tmp_path, x, live=True, partial_interval_ms=500, speculate_after_ms=None)
@@ -146,7 +146,7 @@ def test_partial_jobs_get_the_features_computed_while_the_audio_arrived(tmp_path
     audio a partial job decodes."""
     from edgeasr.asr.features import MelSpec, log_mel
 
-    clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
+    clip = read_wav(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
     silence = np.zeros(SAMPLE_RATE, np.int16)
     sf.write(tmp_path / "in.wav", np.concatenate([silence, clip, silence]), SAMPLE_RATE)
     engine, calls = RecordingEngine(), []
@@ -171,7 +171,7 @@ def test_partial_jobs_get_the_features_computed_while_the_audio_arrived(tmp_path
 
 
 def test_a_pause_long_enough_is_decoded_before_the_hangover_ends(tmp_path):
-    clip = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
+    clip = read_wav(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
     silence = np.zeros(2 * SAMPLE_RATE, np.int16)
     pipeline, engine, publisher = run(tmp_path, np.concatenate([silence, clip, silence]), live=True,
                                       partial_interval_ms=0, speculate_after_ms=300)
@@ -185,7 +185,7 @@ def test_speech_resuming_throws_the_speculation_away(tmp_path):
     hangover: the speculation taken in that pause is dropped when speech resumes, and the
     transcript comes from the one taken at the end."""
     # "go forward ten meters": its speech lasts the first 2.35 s of the clip
-    phrase = read(DEV / "audio" / "cmu_goforward.wav")[: int(2.35 * SAMPLE_RATE)]
+    phrase = read_wav(DEV / "audio" / "cmu_goforward.wav")[: int(2.35 * SAMPLE_RATE)]
     silence, pause = np.zeros(2 * SAMPLE_RATE, np.int16), np.zeros(int(0.45 * SAMPLE_RATE), np.int16)
     a, b = phrase, phrase
     pipeline, engine, publisher = run(tmp_path, np.concatenate([silence, a, pause, b, silence]), live=True,

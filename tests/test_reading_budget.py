@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import make_engine
-from test_commands_heard import said, speakers  # noqa: F401  (a fixture)
+from helpers.engines import make_engine
+from helpers.voices import said
 
 from edgeasr.asr.commands.budget import (
     DEFAULT_BUDGET,

@@ -1,4 +1,4 @@
-"""The same audio gives the same text in every round and every mode (issue 24): `edgeasr
+"""The same audio gives the same text in every round and every mode: `edgeasr
 transcribe`, the daemon on a file as fast as it reads and at real time, and a Wyoming request
 sent at once and at real time. A round-to-round difference came from whether a speculative
 decode was ready in time; now every mode reads the same audio (continuation.decode_until).
@@ -15,9 +15,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 import soundfile as sf
-from test_wyoming import transcribe
+from helpers.wyoming import transcribe
 
 REPO = Path(__file__).resolve().parents[1]
 # one utterance each, with little silence around it: every mode reads all of it
@@ -25,7 +24,6 @@ CLIPS = ("ls_test-other_1998-15444-0008", "ljs_LJ001-0013")
 ROUNDS = (1, 2)
 DAEMONS_AT_ONCE = 4
 
-pytestmark = pytest.mark.slow
 
 
 def transcribe_command(bundle: Path, wavs: list[Path]) -> list[str]:

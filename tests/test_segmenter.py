@@ -6,11 +6,11 @@ from __future__ import annotations
 import csv
 import datetime as dt
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from helpers.audio import DEV, LONGFORM, WINDOW_S, read_wav, sentence_pause_sentence
 
 from edgeasr.asr.features import MelSpec
 from edgeasr.asr.windows import WindowWalker
@@ -21,17 +21,8 @@ from edgeasr.config import VadOptions
 from edgeasr.errors import ConfigError
 from edgeasr.stages import SAMPLE_RATE, AudioChunk, SpeechFrames, SpeechSegment
 
-DEV = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev"
-LONGFORM = DEV / "longform"
-WINDOW_S = 10.0  # the tiny bundle's window
 T0_MONO = 1000.0  # capture time of sample 0 in these tests
 FRAME = 480  # 30 ms
-
-
-def read(path: Path) -> np.ndarray:
-    samples, rate = sf.read(path, dtype="int16")
-    assert rate == SAMPLE_RATE
-    return samples
 
 
 def utterances(stream_id: str) -> list[tuple[int, int]]:
@@ -89,8 +80,8 @@ def check_invariants(segments: list[SpeechSegment], x: np.ndarray) -> None:
     [("dev_stream_01", 1.0), ("dev_stream_02", 1.0), ("dev_stream_01_noisy20db", 0.9)],
 )
 def test_every_true_utterance_is_covered(stream_id, min_loud_covered):
-    x = read(LONGFORM / f"{stream_id}.wav")
-    clean = read(LONGFORM / f"{stream_id.removesuffix('_noisy20db')}.wav")
+    x = read_wav(LONGFORM / f"{stream_id}.wav")
+    clean = read_wav(LONGFORM / f"{stream_id.removesuffix('_noisy20db')}.wav")
     loud = loud_frames(clean)  # the speech, judged on the clean audio
     segments, seg = segment(x)
     check_invariants(segments, x)
@@ -110,7 +101,7 @@ def test_every_true_utterance_is_covered(stream_id, min_loud_covered):
 
 
 def test_silence_between_utterances_produces_nothing():
-    x = read(LONGFORM / "dev_stream_01.wav")
+    x = read_wav(LONGFORM / "dev_stream_01.wav")
     first_start = utterances("dev_stream_01")[0][0]
     assert not x[:first_start].any()  # the stream's leading second is digital silence
     assert segment(x[:first_start])[0] == []
@@ -123,7 +114,7 @@ def test_two_minutes_of_digital_silence_produce_nothing():
 
 
 def test_two_minutes_of_noise_only_gaps_produce_nothing():
-    x = read(LONGFORM / "dev_stream_01_noisy20db.wav")
+    x = read_wav(LONGFORM / "dev_stream_01_noisy20db.wav")
     speech = np.zeros(len(x), dtype=bool)
     for start, end in utterances("dev_stream_01_noisy20db"):
         speech[start:end] = True
@@ -134,7 +125,7 @@ def test_two_minutes_of_noise_only_gaps_produce_nothing():
 
 
 def test_long_utterance_is_cut_into_contiguous_pieces():
-    speech = read(DEV / "audio" / "ls_test-other_1688-142285-0000.wav")  # 15 s, no long pause
+    speech = read_wav(DEV / "audio" / "ls_test-other_1688-142285-0000.wav")  # 15 s, no long pause
     pad = np.zeros(SAMPLE_RATE, dtype=np.int16)
     x = np.concatenate([pad, speech, pad])
     segments, seg = segment(x)
@@ -158,7 +149,7 @@ def test_long_utterance_is_cut_into_contiguous_pieces():
 
 
 def test_a_short_burst_is_dropped_and_counted():
-    speech = read(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
+    speech = read_wav(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
     loud = loud_frames(speech, below_peak_db=6)[0]
     burst = speech[loud : loud + 5 * FRAME]  # 150 ms of real speech
     x = np.concatenate([np.zeros(SAMPLE_RATE, np.int16), burst, np.zeros(SAMPLE_RATE, np.int16)])
@@ -172,7 +163,7 @@ def test_a_short_burst_is_dropped_and_counted():
 
 @pytest.mark.parametrize("frame_ms", [10, 20, 30])
 def test_chunking_does_not_change_segments(frame_ms):
-    x = read(LONGFORM / "dev_stream_02.wav")[: 40 * SAMPLE_RATE]
+    x = read_wav(LONGFORM / "dev_stream_02.wav")[: 40 * SAMPLE_RATE]
     options = replace(VadOptions(), frame_ms=frame_ms)
     reference, _ = segment(x, options, block=480)
     assert reference
@@ -184,7 +175,7 @@ def test_chunking_does_not_change_segments(frame_ms):
 
 
 def test_speech_end_mono_is_the_last_speech_frame():
-    x = read(LONGFORM / "dev_stream_01.wav")
+    x = read_wav(LONGFORM / "dev_stream_01.wav")
     segments, _ = segment(x)
     hangover_s = VadOptions().hangover_ms / 1000
     assert any(s.cut for s in segments)
@@ -198,7 +189,7 @@ def test_speech_end_mono_is_the_last_speech_frame():
 
 
 def test_a_gap_in_the_stream_closes_the_open_segment():
-    speech = read(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
+    speech = read_wav(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
     seg = Segmenter(VadOptions(), WINDOW_S, StreamClock())
     out = seg.push(AudioChunk(speech[:32000], 0, T0_MONO))
     assert out == []  # still speaking
@@ -209,7 +200,7 @@ def test_a_gap_in_the_stream_closes_the_open_segment():
 
 
 def test_reset_starts_a_new_stream():
-    x = read(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
+    x = read_wav(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
     first, seg = segment(x)
     seg.reset()
     again = []
@@ -230,18 +221,6 @@ def test_window_too_short_for_pre_roll_is_a_config_error():
 class AlwaysSpeech:
     def is_speech(self, frame: np.ndarray) -> bool:
         return True
-
-
-def sentence_pause_sentence(pause_s: float = 0.15) -> tuple[np.ndarray, int, int]:
-    """An 8.3 s utterance, a pause that with its trailing quiet stays shorter than the
-    hangover, another utterance; returns
-    the audio and the pause's first and last sample."""
-    a = read(DEV / "audio" / "ls_test-other_1998-15444-0004.wav")
-    b = read(DEV / "audio" / "ls_test-other_1688-142285-0002.wav")
-    pad = np.zeros(SAMPLE_RATE // 2, dtype=np.int16)
-    pause = np.zeros(int(pause_s * SAMPLE_RATE), dtype=np.int16)
-    x = np.concatenate([pad, a, pause, b, pad])
-    return x, len(pad) + len(a), len(pad) + len(a) + len(pause)
 
 
 def test_a_cut_in_a_pause_is_marked_and_lies_in_the_pause():

@@ -34,7 +34,7 @@ def test_the_frames_holding_audio_end_where_the_padding_starts():
 
 @pytest.mark.parametrize("clip", CLIPS)
 def test_a_short_window_gives_the_full_windows_text(tiny_bundle, dev_dir, dev_manifest, clip):
-    from conftest import make_engine
+    from helpers.engines import make_engine
 
     from edgeasr.asr.decoding import DecoderSession
     from edgeasr.asr.engine import EngineSessions

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import make_engine
+from helpers.engines import make_engine
 
 from edgeasr.asr.decoding import DecoderSession, logsumexp
 from edgeasr.asr.encoder import OnnxEncoder

@@ -11,8 +11,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from small_disk import small_tmpfs
-from test_outbox import cap_pages, page_count
+from helpers.small_disk import cap_pages, page_count, small_tmpfs
 
 from edgeasr.output.outbox import Outbox
 from edgeasr.output.spool import MEMORY_MAX, Spool

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hailo_fixtures import FakeTime
+from helpers.hailo import FakeTime
 
 from edgeasr.asr.supervision import (
     FAILED,

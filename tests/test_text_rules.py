@@ -1,5 +1,5 @@
 """Rules that judge decoded text by the audio under it, and the text repairs: on real dev audio
-and the transcripts the issue quotes."""
+and on transcripts tiny.en and base once wrote."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_lone_full_stop_joins_the_text_before_it():
     assert join_bare_punctuation([seg(0, 0.3, " ."), seg(0.3, 2, " Hello")])[0].text == " Hello"
 
 
-def test_the_unpaired_quote_of_the_issue_is_removed():
+def test_a_quote_without_its_pair_is_removed_and_a_paired_one_kept():
     text = ' which led me to leave my native country." The narrative would be tedious to him.'
     assert unpaired_quotes(text) == {text.index('"')}
     parts = [seg(0, 5, ' which led me to leave my native country."'), seg(5, 9, " The narrative would be tedious to him.")]
@@ -53,7 +53,7 @@ def test_the_repairs_keep_the_words_spelling_the_text():
 def test_a_complete_transcription_ends_in_a_full_stop_not_an_ellipsis():
     """tiny.en on ls_test-other_1688-142285-0000 ends "... too much of steel. Anon...": scored
     after Whisper's normalizer that is "anon ." with a lone "." as a word."""
-    from conftest import normalize
+    from helpers.text import normalize
 
     out = tidy([worded(0, " has got a little too much of steel."), worded(4, " Anon...")])
     assert out[-1].text == " Anon." and "".join(w.word for w in out[-1].words) == " Anon."

@@ -7,31 +7,23 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import make_engine, normalize, wer
+from helpers.audio import as_float, dev_clip
+from helpers.engines import make_engine
+from helpers.text import normalize, wer
 
 from edgeasr.asr.decoding import WindowResult
 from edgeasr.asr.engine import EngineOptions, Fallback
 from edgeasr.asr.gates import LowConfidence
 from edgeasr.asr.text.kept_pieces import KeptPieces
 from edgeasr.asr.transcriber import Transcriber
-from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_default_bundle):
-    return make_engine(tiny_default_bundle)
-
-
-@pytest.fixture(scope="module")
-def kept(engine):
+def kept(tiny_engine):
     """The rules that choose a window's pieces, as the engine has them."""
-    o = engine.options
-    return KeptPieces(engine.bundle, engine.sessions.tokenizer, o.gates, o.guards, o.decoding.task)
-
-
-def clip(dev_dir, name: str) -> np.ndarray:
-    return load_audio(dev_dir / "audio" / f"{name}.wav", 16000)
+    o = tiny_engine.options
+    return KeptPieces(tiny_engine.bundle, tiny_engine.sessions.tokenizer, o.gates, o.guards, o.decoding.task)
 
 
 def loops(text: str, n: int = 3, times: int = 3) -> bool:
@@ -44,9 +36,9 @@ def loops(text: str, n: int = 3, times: int = 3) -> bool:
     return False
 
 
-def test_jfk_across_the_window_edge(engine, dev_dir, dev_manifest):
+def test_jfk_across_the_window_edge(tiny_engine, dev_dir, dev_manifest):
     ref = next(r["reference"] for r in dev_manifest if r["id"] == "jfk_inaugural-1961")
-    result = engine.transcribe(clip(dev_dir, "jfk_inaugural-1961"))
+    result = tiny_engine.transcribe(as_float(dev_clip("jfk_inaugural-1961")))
     assert result.windows == 2  # 11 s: the second window starts at the last timestamp
     assert wer(ref, result.text) <= 0.05
     assert not loops(result.text)
@@ -54,12 +46,12 @@ def test_jfk_across_the_window_edge(engine, dev_dir, dev_manifest):
     assert starts == sorted(starts) and result.segments[-1].end <= 11.5
 
 
-def test_long_utterances_do_not_loop(engine, dev_dir, dev_manifest):
+def test_long_utterances_do_not_loop(tiny_engine, dev_dir, dev_manifest):
     long = [r for r in dev_manifest if float(r["duration_s"]) > 10.0]
     assert len(long) >= 5
     refs, hyps = [], []
     for row in long:
-        result = engine.transcribe(clip(dev_dir, row["id"]))
+        result = tiny_engine.transcribe(as_float(dev_clip(row["id"])))
         assert not loops(result.text), (row["id"], result.text)
         assert result.windows >= 2
         refs.append(row["reference"])
@@ -69,19 +61,19 @@ def test_long_utterances_do_not_loop(engine, dev_dir, dev_manifest):
     assert jiwer.wer([normalize(r) for r in refs], [normalize(h) for h in hyps]) < 0.25
 
 
-def test_cut_window_carries_the_unfinished_tail(engine, dev_dir, dev_manifest):
+def test_cut_window_carries_the_unfinished_tail(tiny_engine, dev_dir, dev_manifest):
     """A segment cut mid-speech (final=False) leaves its open tail for the next call."""
     name = "ls_dev-clean_2412-153948-0000"  # 11.7 s, one sentence running over 10 s
     ref = next(r["reference"] for r in dev_manifest if r["id"] == name)
-    audio = clip(dev_dir, name)
+    audio = as_float(dev_clip(name))
     cut = 16000 * 9
-    first = engine.transcribe(audio[:cut], final=False)
+    first = tiny_engine.transcribe(audio[:cut], final=False)
     assert 0 < first.consumed_samples < cut
-    rest = engine.transcribe(np.concatenate([audio[first.consumed_samples : cut], audio[cut:]]))
+    rest = tiny_engine.transcribe(np.concatenate([audio[first.consumed_samples : cut], audio[cut:]]))
     assert wer(ref, first.text + " " + rest.text) <= 0.1
 
 
-def test_numpy_blas_runs_on_one_thread(engine):
+def test_numpy_blas_runs_on_one_thread(tiny_engine):
     """An OpenBLAS worker spinning after the log-mel's matrix product took the second core
     from the encoder and the decoder (engine.single_threaded_blas)."""
     from threadpoolctl import threadpool_info
@@ -90,48 +82,48 @@ def test_numpy_blas_runs_on_one_thread(engine):
     assert pools and all(p["num_threads"] == 1 for p in pools)
 
 
-def test_no_thread_spins_once_the_audio_is_done(engine, dev_dir):
+def test_no_thread_spins_once_the_audio_is_done(tiny_engine, dev_dir):
     """onnxruntime's threads spin while they wait for work, which an always-on daemon can
     only afford while it works: the encoder's stop when its run ends, the decoder's ~1 ms
     after a window's last token. (One pool at onnxruntime's default spin took ~35 ms of CPU
     after its last run; ours take ~5 ms.)"""
     import time
 
-    engine.transcribe(clip(dev_dir, "jfk_inaugural-1961")[: 16000 * 4])
+    tiny_engine.transcribe(as_float(dev_clip("jfk_inaugural-1961"))[: 16000 * 4])
     cpu = time.process_time()  # every thread of this process
     time.sleep(0.5)
     assert time.process_time() - cpu < 0.02
 
 
-def test_silence_gives_no_text(engine):
-    result = engine.transcribe(np.zeros(16000 * 4, np.float32))
+def test_silence_gives_no_text(tiny_engine):
+    result = tiny_engine.transcribe(np.zeros(16000 * 4, np.float32))
     assert result.text == ""
 
 
-def test_an_engine_is_built_whole_and_a_variant_shares_its_sessions(engine):
+def test_an_engine_is_built_whole_and_a_variant_shares_its_sessions(tiny_engine):
     with pytest.raises(AttributeError, match="built whole"):
-        engine.options = replace(engine.options, beam_size=3)
-    greedy = engine.variant(replace(engine.options, on_gate_fail="drop"))
-    assert greedy.sessions is engine.sessions and greedy.options.on_gate_fail == "drop"
-    assert engine.options.on_gate_fail == "retry"
+        tiny_engine.options = replace(tiny_engine.options, beam_size=3)
+    greedy = tiny_engine.variant(replace(tiny_engine.options, on_gate_fail="drop"))
+    assert greedy.sessions is tiny_engine.sessions and greedy.options.on_gate_fail == "drop"
+    assert tiny_engine.options.on_gate_fail == "retry"
 
 
-def test_noise_is_dropped_by_the_gates(engine):
+def test_noise_is_dropped_by_the_gates(tiny_engine):
     rng = np.random.default_rng(7)
     noise = (0.05 * rng.standard_normal(16000 * 6)).astype(np.float32)
-    result = engine.transcribe(noise)
+    result = tiny_engine.transcribe(noise)
     assert result.text == "" or result.dropped_windows >= 1
 
 
 @pytest.mark.parametrize("on_fail", ["drop", "retry", "keep"])
-def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, on_fail):
+def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(tiny_engine, dev_dir, on_fail):
     """A gate no window can pass (every log-probability is below 0.1): "retry" decodes the
     window again at each fallback temperature (0.2 ... 1.0), counts every failure and the
     decoder passes of every attempt, and keeps the best attempt, the window not being
     silence; "keep" keeps the text; "drop" drops it."""
-    strict = Transcriber(engine.sessions, EngineOptions(engine.options.decoding, gates=(LowConfidence(0.1),),
+    strict = Transcriber(tiny_engine.sessions, EngineOptions(tiny_engine.options.decoding, gates=(LowConfidence(0.1),),
                                                         on_gate_fail=on_fail, fallback=Fallback(0.2)))
-    result = strict.transcribe(clip(dev_dir, "alsa_front-center"))
+    result = strict.transcribe(as_float(dev_clip("alsa_front-center")))
     assert strict.gate_failures == {"avg_logprob": 6 if on_fail == "retry" else 1}
     assert result.windows == 1
     # a pass per generated token and one for end-of-text; a retry adds the other attempts'
@@ -143,16 +135,16 @@ def test_a_window_that_fails_a_gate_is_dropped_retried_or_kept(engine, dev_dir, 
         assert result.dropped_windows == 0 and "center" in result.text.lower()
 
 
-def test_the_fallback_is_reproducible(engine, dev_dir):
+def test_the_fallback_is_reproducible(tiny_engine, dev_dir):
     """The retries sample, from a generator seeded per window: the same audio, the same text."""
-    strict = Transcriber(engine.sessions, EngineOptions(engine.options.decoding, gates=(LowConfidence(0.1),),
+    strict = Transcriber(tiny_engine.sessions, EngineOptions(tiny_engine.options.decoding, gates=(LowConfidence(0.1),),
                                                         on_gate_fail="retry"))
-    audio = clip(dev_dir, "ls_test-other_2414-128291-0008")
+    audio = as_float(dev_clip("ls_test-other_2414-128291-0008"))
     assert strict.transcribe(audio).text == strict.transcribe(audio).text
 
 
-def test_a_silent_window_is_dropped_even_when_retrying(engine):
-    retrying = Transcriber(engine.sessions, EngineOptions(engine.options.decoding, on_gate_fail="retry"))
+def test_a_silent_window_is_dropped_even_when_retrying(tiny_engine):
+    retrying = Transcriber(tiny_engine.sessions, EngineOptions(tiny_engine.options.decoding, on_gate_fail="retry"))
     result = retrying.transcribe(np.zeros(16000 * 4, np.float32))
     assert result.text == ""
 
@@ -163,21 +155,21 @@ def test_multilingual_bundle_detects_english(base_bundle, dev_dir, dev_manifest)
     engine = make_engine(base_bundle)
     name = "ls_test-other_1688-142285-0003"
     ref = next(r["reference"] for r in dev_manifest if r["id"] == name)
-    result = engine.transcribe(clip(dev_dir, name))
+    result = engine.transcribe(as_float(dev_clip(name)))
     assert result.language == "en"
     assert wer(ref, result.text) <= 0.15
     assert re.search(r"[a-z]", result.text.lower())
 
 
-def test_speech_past_the_window_is_cut_in_a_pause(engine, dev_dir, dev_manifest):
+def test_speech_past_the_window_is_cut_in_a_pause(tiny_engine, dev_dir, dev_manifest):
     """Two sentences 0.15 s apart (with their own quiet, 0.6 s), 11.3 s in all: the first
     window ends in the pause (the
     segmenter's rule) and both sentences come out whole."""
     a, b = "ls_test-other_1998-15444-0004", "ls_test-other_1688-142285-0002"
     pause = np.zeros(2400, np.float32)
-    audio = np.concatenate([clip(dev_dir, a), pause, clip(dev_dir, b)])
-    result = engine.transcribe(audio)
-    pause_at = len(clip(dev_dir, a)) / 16000
+    audio = np.concatenate([as_float(dev_clip(a)), pause, as_float(dev_clip(b))])
+    result = tiny_engine.transcribe(audio)
+    pause_at = len(as_float(dev_clip(a))) / 16000
     assert result.windows == 2
     assert any(abs(s.end - pause_at) < 0.6 for s in result.segments)  # a segment ends in the pause
     refs = {row["id"]: row["reference"] for row in dev_manifest}
@@ -185,12 +177,12 @@ def test_speech_past_the_window_is_cut_in_a_pause(engine, dev_dir, dev_manifest)
     assert wer(reference, result.text) <= 0.2
 
 
-def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine, kept):
+def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(tiny_engine, kept):
     """"<0.00> text <6.26><6.26>" then end-of-text with 3.7 s of the window left: the decoder
     never transcribed the speech after 6.26 s, so the next window starts there (as openai
     seeks). A window that stops on a single closing timestamp is done."""
-    tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
-    text = engine.sessions.tokenizer.encode(" I am free to confess that the")
+    tok, per_pos, sr = tiny_engine.bundle.tokens, tiny_engine.bundle.audio.seconds_per_position, 16000
+    text = tiny_engine.sessions.tokenizer.encode(" I am free to confess that the")
 
     def result(tokens):
         return WindowResult(tokens, [-0.1] * len(tokens), 0.01, "en", hit_cap=False)
@@ -208,15 +200,15 @@ def test_a_window_that_stops_after_opening_a_segment_goes_on_from_there(engine, 
     assert advance == len(chunk)  # less than a word's worth left
 
 
-def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engine, kept):
+def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(tiny_engine, kept):
     """base on a 15 s utterance: "...is good.<6.92><6.92> But his, he makes me harshly
     feel.<7.92><7.92> He makes me harshly feel.<8.92>..." to the token cap. The loop's
     timestamps are made up, the first saying's end too: with audio after the window, the
     next window starts where that phrase began; at the end of the audio the loop is cut."""
-    tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
-    first = engine.sessions.tokenizer.encode(" There is iron, they say, in all our blood.")
-    phrase = engine.sessions.tokenizer.encode(" But his, he makes me harshly feel.")
-    again = engine.sessions.tokenizer.encode(" He makes me harshly feel.")
+    tok, per_pos, sr = tiny_engine.bundle.tokens, tiny_engine.bundle.audio.seconds_per_position, 16000
+    first = tiny_engine.sessions.tokenizer.encode(" There is iron, they say, in all our blood.")
+    phrase = tiny_engine.sessions.tokenizer.encode(" But his, he makes me harshly feel.")
+    again = tiny_engine.sessions.tokenizer.encode(" He makes me harshly feel.")
 
     def ts(seconds):
         return tok.timestamp_begin + round(seconds / per_pos)
@@ -232,12 +224,12 @@ def test_a_loop_at_the_window_edge_is_decoded_again_from_the_looped_phrase(engin
     assert sum(p.tokens == again for p in pieces) <= 1
 
 
-def test_the_last_second_after_kept_text_is_dropped_when_the_model_calls_it_silence(engine, kept):
+def test_the_last_second_after_kept_text_is_dropped_when_the_model_calls_it_silence(tiny_engine, kept):
     """base read "...lobster fat." and then "Mr. Fat." over the 0.8 s left after it (no-speech
     probability 0.54): text kept before, under a second, likelier silence than speech. The
     same window alone (a one-word command), or with the model sure of speech, is kept."""
-    tok, per_pos, sr = engine.bundle.tokens, engine.bundle.audio.seconds_per_position, 16000
-    text = engine.sessions.tokenizer.encode(" Mr. Fat.")
+    tok, per_pos, sr = tiny_engine.bundle.tokens, tiny_engine.bundle.audio.seconds_per_position, 16000
+    text = tiny_engine.sessions.tokenizer.encode(" Mr. Fat.")
     tokens = [tok.timestamp_begin, *text, tok.timestamp_begin + round(0.78 / per_pos)]
     chunk = np.zeros(int(0.785 * sr), np.float32)
 

@@ -110,7 +110,7 @@ def test_words_spell_the_segments_and_keep_their_order(tiny_bundle, dev_dir):
     last words (measured: "... marks of" closed at 7.00 s, the words at 7.10-7.42 s) is
     followed by one from that timestamp, which says "of" again (the transcriber drops a word read
     again at a seam from the text, not from the words of the window before)."""
-    from conftest import make_engine
+    from helpers.engines import make_engine
 
     engine = make_engine(tiny_bundle, **{"output.words": True})
     audio = load_audio(dev_dir / "longform" / "dev_stream_01.wav", 16000)[: 16000 * 60]
@@ -129,7 +129,7 @@ def test_words_spell_the_segments_and_keep_their_order(tiny_bundle, dev_dir):
 
 
 def test_without_output_words_the_segments_have_none(tiny_bundle, dev_dir):
-    from conftest import make_engine
+    from helpers.engines import make_engine
 
     engine = make_engine(tiny_bundle)
     audio = load_audio(dev_dir / "audio" / "jfk_inaugural-1961.wav", 16000)

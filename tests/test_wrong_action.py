@@ -80,7 +80,7 @@ def test_a_windows_log_probabilities_are_the_models_own_under_a_boost(tiny_bundl
     request came back empty."""
     from dataclasses import replace
 
-    from test_export import CLIPS, mel_of
+    from helpers.ct2_reference import CLIPS, mel_of
 
     from edgeasr.asr.decoding import DecoderSession, preset_options
     from edgeasr.asr.encoder import OnnxEncoder

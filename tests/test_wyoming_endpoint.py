@@ -16,34 +16,27 @@ import csv
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
-from conftest import DEV, make_engine, normalize
+from helpers.audio import DEV, read_wav
+from helpers.ports import HOST, free_port
+from helpers.text import normalize
+from helpers.wyoming import verdicts
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import read_event, write_event
 
-from edgeasr.audio.vad import make_detector
 from edgeasr.bundle import load_bundle
 from edgeasr.config import Config, load_config
 from edgeasr.daemon import build_wyoming
 from edgeasr.stages import SAMPLE_RATE, Vocabulary, frames_reaching
 from edgeasr.worker import Worker
-from edgeasr.wyoming.session import to_float, vad_samples
 
-HOST = "127.0.0.1"
 CHUNK = SAMPLE_RATE // 10  # 100 ms per audio-chunk, as Home Assistant sends
 REPLY_TIMEOUT_S = 120.0  # a guard against a hang, not a measurement
 SPEECH_A = DEV / "audio" / "alsa_front-center.wav"  # "Front Center", a 270 ms pause inside
 SPEECH_B = DEV / "audio" / "alsa_rear-left.wav"  # "Rear Left"
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_bundle):
-    return make_engine(tiny_bundle)
 
 
 @dataclass
@@ -53,15 +46,13 @@ class Served:
 
 
 @pytest.fixture
-def serve(engine, tiny_bundle) -> Iterator:
+def serve(tiny_extras_engine, tiny_bundle) -> Iterator:
     """serve(**config keys) -> a started server with the real engine; stopped after."""
-    worker = Worker(engine).start()
+    worker = Worker(tiny_extras_engine).start()
     servers = []
 
     def make(keys: dict) -> Served:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
+        port = free_port()
         cfg = load_config(None, {"input.source": "none", "wyoming.uri": f"tcp://{HOST}:{port}",
                                  "model.path": str(tiny_bundle), **keys})
         server = build_wyoming(cfg, load_bundle(tiny_bundle), worker, lambda: None, Vocabulary)
@@ -72,20 +63,6 @@ def serve(engine, tiny_bundle) -> Iterator:
     for server in servers:
         server.stop()
     worker.stop(10.0)
-
-
-def speech(path: Path) -> np.ndarray:
-    audio, rate = sf.read(path, dtype="int16")
-    assert rate == SAMPLE_RATE
-    return audio
-
-
-def verdicts(cfg: Config, audio: np.ndarray) -> np.ndarray:
-    """The session's VAD verdict on each whole frame of `audio` (int16), as it judges them."""
-    n = SAMPLE_RATE * cfg.vad.frame_ms // 1000
-    samples = vad_samples(to_float(audio.tobytes(), 2, 1))
-    detector = make_detector(cfg.vad)
-    return np.array([detector.is_speech(samples[i : i + n]) for i in range(0, len(samples) - n + 1, n)])
 
 
 @dataclass(frozen=True)
@@ -100,7 +77,7 @@ def request(cfg: Config, silent_frames: int) -> Request:
     """A, digital silence, B, with exactly `silent_frames` frames judged silent between the
     last speech frame of A and the first of B (so that B starts on the frame after them)."""
     n = SAMPLE_RATE * cfg.vad.frame_ms // 1000
-    a, b = speech(SPEECH_A), speech(SPEECH_B)
+    a, b = read_wav(SPEECH_A), read_wav(SPEECH_B)
     a = a[: len(a) // n * n]
     zeros = silent_frames
     for _ in range(5):  # the VAD's overhang and B's quiet start count too: measured, then adjusted
@@ -170,7 +147,7 @@ def test_a_click_before_a_command_is_no_speech_for_the_endpoint(serve, clip):
     longer than the endpoint, then the command: the endpoint waits for vad.min_speech_ms of
     speech (what the segmenter keeps as speech), so the command is heard, not cut before it."""
     served = serve({"wyoming.endpoint_ms": 250})
-    audio = speech(COMMANDS / "audio" / f"{clip}.wav")
+    audio = read_wav(COMMANDS / "audio" / f"{clip}.wav")
     frames = verdicts(served.cfg, audio)
     first = int(np.argmax(frames))  # a blip of speech frames, then a pause longer than 250 ms
     blip = int(np.argmin(frames[first:]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import make_engine
+from helpers.engines import make_engine
 
 from edgeasr.audio.vad import make_detector
 from edgeasr.config import load_config

@@ -7,8 +7,9 @@ import logging
 
 import numpy as np
 import soundfile as sf
+from helpers.audio import dev_clip
 
-from config_rows.lab import Lab, Rows, clip, noise, silence, transcript
+from config_rows.lab import Lab, Rows, noise, silence, transcript
 from edgeasr.audio.clock import StreamClock
 from edgeasr.audio.segmenter import Segmenter
 from edgeasr.bundle import load_bundle
@@ -68,7 +69,7 @@ def _log_transcripts(lab: Lab) -> None:
     caplog = lab.fixture("caplog")
     caplog.set_level(logging.INFO, "edgeasr.pipeline")
     path = lab.tmp / "said.wav"
-    sf.write(path, np.concatenate([clip(SHORT), silence(1.0)]), SAMPLE_RATE)
+    sf.write(path, np.concatenate([dev_clip(SHORT), silence(1.0)]), SAMPLE_RATE)
     cfg = lab.cfg({"log.transcripts": True, "input.source": "file", "input.path": str(path), "output.stdout": False,
                    "model.path": str(lab.bundle)})
     worker = Worker(lab.engine()).start()
@@ -83,7 +84,7 @@ def _log_transcripts(lab: Lab) -> None:
 
 def _file(lab: Lab, name: str) -> str:
     path = lab.tmp / f"{name}.wav"
-    sf.write(path, clip(name), SAMPLE_RATE)
+    sf.write(path, dev_clip(name), SAMPLE_RATE)
     return str(path)
 
 
@@ -100,13 +101,13 @@ def _read_all(keys: dict, lab: Lab) -> list[np.ndarray]:
 @rows.observe("input.source")
 def _input_source(lab: Lab) -> None:
     chunks = _read_all({"input.source": "file", "input.path": _file(lab, SHORT)}, lab)
-    assert np.array_equal(np.concatenate(chunks), clip(SHORT))  # the file, not a microphone
+    assert np.array_equal(np.concatenate(chunks), dev_clip(SHORT))  # the file, not a microphone
 
 
 @rows.observe("input.path")
 def _input_path(lab: Lab) -> None:
     chunks = _read_all({"input.source": "file", "input.path": _file(lab, SPEECH)}, lab)
-    assert np.array_equal(np.concatenate(chunks), clip(SPEECH))
+    assert np.array_equal(np.concatenate(chunks), dev_clip(SPEECH))
 
 
 @rows.observe("input.realtime")
@@ -162,7 +163,7 @@ def _spoken(lab: Lab, keys: dict, audio: np.ndarray) -> int:
 
 
 def _padded(name: str) -> np.ndarray:
-    return np.concatenate([silence(1.0), clip(name), silence(2.0)])
+    return np.concatenate([silence(1.0), dev_clip(name), silence(2.0)])
 
 
 @rows.observe("vad.aggressiveness", "model")

@@ -9,9 +9,10 @@ from contextlib import closing
 
 import numpy as np
 import pytest
-from hailo_fixtures import FakeTime
+from helpers.audio import as_float, dev_clip
+from helpers.hailo import FakeTime
 
-from config_rows.lab import Lab, Rows, as_float, clip, noise
+from config_rows.lab import Lab, Rows, noise
 from edgeasr.asr.encoder import create_encoder
 from edgeasr.asr.features import MelSpec, log_mel
 from edgeasr.asr.supervision import FAILED, RECOVERING, EncoderFailedError
@@ -19,13 +20,13 @@ from edgeasr.bundle import load_bundle
 from edgeasr.errors import DeviceError
 
 rows = Rows()
-SPEECH = clip("ls_test-other_1688-142285-0002")  # "You don't mean that you thought me so silly."
-SHORT = clip("alsa_front-center")  # "Front Center."
-REPEATED = clip("ls_test-other_367-130732-0000")  # "Lobsters and lobsters."
-TWICE = clip("ls_test-other_2414-128291-0008")  # "Thou also, thou also."
-RUNS_ON = clip("ljs_LJ001-0012")  # 6.3 s: fed without padding, the decoder runs on past the speech
-LONG = clip("ls_dev-clean_2412-153948-0000")  # 11.7 s: two windows
-TERMS = clip("houndify_how_many_megabytes_in_a_bit")
+SPEECH = dev_clip("ls_test-other_1688-142285-0002")  # "You don't mean that you thought me so silly."
+SHORT = dev_clip("alsa_front-center")  # "Front Center."
+REPEATED = dev_clip("ls_test-other_367-130732-0000")  # "Lobsters and lobsters."
+TWICE = dev_clip("ls_test-other_2414-128291-0008")  # "Thou also, thou also."
+RUNS_ON = dev_clip("ljs_LJ001-0012")  # 6.3 s: fed without padding, the decoder runs on past the speech
+LONG = dev_clip("ls_dev-clean_2412-153948-0000")  # 11.7 s: two windows
+TERMS = dev_clip("houndify_how_many_megabytes_in_a_bit")
 STALL_MS = 60_000
 
 

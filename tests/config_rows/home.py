@@ -4,15 +4,16 @@ server of tests/test_homeassistant.py) and what the engine hears with it."""
 
 from __future__ import annotations
 
-from test_homeassistant import TOKEN, FakeHomeAssistant
+from helpers.audio import dev_clip
+from helpers.homeassistant import TOKEN, FakeHomeAssistant
 
-from config_rows.lab import Lab, Rows, clip
+from config_rows.lab import Lab, Rows
 from edgeasr.home.source import VocabularySource
 from edgeasr.stages import Intent, Vocabulary
 
 rows = Rows()
-LAMP = clip("rhasspy_turn_on_living_room_lamp")  # "Turn on the living room lamp."
-TERMS = clip("vctk_p225_038")  # "Diving is no part of football.", heard "...no path of..." plainly
+LAMP = dev_clip("rhasspy_turn_on_living_room_lamp")  # "Turn on the living room lamp."
+TERMS = dev_clip("vctk_p225_038")  # "Diving is no part of football.", heard "...no path of..." plainly
 CONNECT_S = 10.0  # a guard against a hang, not a measurement
 
 

@@ -5,7 +5,6 @@ per configuration, the daemon's own builders)."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,12 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
+from helpers.audio import as_float
 
 from edgeasr.config import Config, load_config
 from edgeasr.stages import SAMPLE_RATE, Intent, SpeechSegment, TextSegment, Transcript, Transcription, Vocabulary
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
 ENGINE_KEYS = ("model.", "encoder.", "decoder.", "output.words")  # what an engine is built from
 
 
@@ -58,22 +56,6 @@ class Rows:
     def cannot(self, key: str, why: str) -> None:
         assert key not in self.rows, key
         self.rows[key] = Unobservable(why)
-
-
-@functools.cache
-def clip(name: str) -> np.ndarray:
-    """A recording of ../shared/eval (dev or dev-commands) by id, int16 at 16 kHz."""
-    for folder in ("dev", "dev-commands", "dev-more"):
-        path = SHARED / folder / "audio" / f"{name}.wav"
-        if path.is_file():
-            audio, rate = sf.read(path, dtype="int16")
-            assert rate == SAMPLE_RATE
-            return audio
-    raise FileNotFoundError(name)
-
-
-def as_float(audio: np.ndarray) -> np.ndarray:
-    return audio.astype(np.float32) / 32768
 
 
 def silence(seconds: float) -> np.ndarray:

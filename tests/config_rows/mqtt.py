@@ -1,5 +1,5 @@
 """Rows for `mqtt`: the publisher the daemon builds (daemon.build_outputs) against real Mosquitto
-brokers (tests/broker_fixtures.py): one plain, one with TLS, a password and client certificates.
+brokers (tests/helpers/broker.py): one plain, one with TLS, a password and client certificates.
 What the broker receives, and what it logs of each client (its id, keepalive, user name)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from broker_fixtures import Broker
+from helpers.broker import Broker
 
 from config_rows.lab import Lab, Rows, transcript
 from edgeasr.daemon import Outputs, build_outputs

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import soundfile as sf
-from test_wyoming_endpoint import verdicts
+from helpers.audio import dev_clip
+from helpers.ports import HOST, free_port
+from helpers.wyoming import verdicts
 from wyoming.asr import Transcribe
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.event import Event, read_event, write_event
 from wyoming.info import Describe
 
-from config_rows.lab import Lab, Rows, clip, frames, silence, transcript
+from config_rows.lab import Lab, Rows, frames, silence, transcript
 from edgeasr.bundle import load_bundle
 from edgeasr.daemon import build_outputs, build_pipeline, build_wyoming
 from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
@@ -27,7 +29,6 @@ from edgeasr.wyoming.server import WyomingServer
 from edgeasr.wyoming.session import Session
 
 rows = Rows()
-HOST = "127.0.0.1"
 SHORT = "alsa_front-center"  # "Front Center": 1.2 s of speech
 FRAME = 480  # samples in a 30 ms VAD frame
 GUARD_S = 10.0  # a socket read's guard against a hang, not a measurement
@@ -39,7 +40,7 @@ GUARD_S = 10.0  # a socket read's guard against a hang, not a measurement
 def _pipeline_queue_s(lab: Lab) -> None:
     """A live input's queue holds this many seconds of speech: beyond, the oldest is dropped."""
     path = lab.tmp / "said.wav"
-    sf.write(path, clip(SHORT), SAMPLE_RATE)
+    sf.write(path, dev_clip(SHORT), SAMPLE_RATE)
     dropped = {}
     for queue_s in (60.0, 3.0):
         cfg = lab.cfg({"input.source": "file", "input.path": str(path), "input.realtime": True,
@@ -101,14 +102,14 @@ def request(lab: Lab, keys: dict, audio: np.ndarray, block: int) -> tuple[Record
 @rows.observe("pipeline.partial_interval_ms", "model")
 def _pipeline_partial_interval_ms(lab: Lab) -> None:
     """Speech still going on is decoded every 200 ms of it, more often than every 500 ms (and never at 0)."""
-    audio = np.concatenate([silence(0.3), clip(SHORT)])
+    audio = np.concatenate([silence(0.3), dev_clip(SHORT)])
     offered = {ms: len(request(lab, {"pipeline.partial_interval_ms": ms}, audio, SAMPLE_RATE // 10)[0].partials)
                for ms in (0, 200, 500)}
     assert offered[0] == 0 < offered[500] < offered[200], offered
 
 
 def _speculated_at(lab: Lab, after_ms: int | None) -> list[int]:
-    audio = np.concatenate([silence(0.3), clip(SHORT), silence(1.0)])
+    audio = np.concatenate([silence(0.3), dev_clip(SHORT), silence(1.0)])
     keys = {"pipeline.speculate_after_ms": after_ms, "pipeline.partial_interval_ms": 0}
     return request(lab, keys, audio, FRAME)[0].finals
 
@@ -122,12 +123,6 @@ def _pipeline_speculate_after_ms(lab: Lab) -> None:
 
 
 # -- wyoming: the server -------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
 
 @contextmanager
 def serving(lab: Lab, keys: dict) -> Iterator[WyomingServer]:
@@ -247,7 +242,7 @@ def _wyoming_allow(lab: Lab) -> None:
 def _wyoming_endpoint_ms(lab: Lab) -> None:
     """The transcript goes out within a frame of the silence after the speech reaching 500 ms."""
     keys = {"wyoming.endpoint_ms": 500}
-    audio = np.concatenate([silence(0.3), clip(SHORT)[: len(clip(SHORT)) // FRAME * FRAME], silence(2.0)])
+    audio = np.concatenate([silence(0.3), dev_clip(SHORT)[: len(dev_clip(SHORT)) // FRAME * FRAME], silence(2.0)])
     spoken = np.flatnonzero(verdicts(lab.cfg(keys), audio))
     speech_end = (spoken[-1] + 1) * FRAME
     _, endpoints = request(lab, keys, audio, FRAME)
@@ -265,10 +260,10 @@ def _output_stdout(lab: Lab) -> None:
 
 @rows.observe("output.words", "model")
 def _output_words(lab: Lab) -> None:
-    timed = lab.transcribe({"output.words": True}, clip(SHORT))
+    timed = lab.transcribe({"output.words": True}, dev_clip(SHORT))
     words = [w for s in timed.segments for w in s.words]
     assert [w.word.strip() for w in words] == ["Front", "Center."] and words[0].end <= words[1].start
-    assert all(not s.words for s in lab.transcribe({}, clip(SHORT)).segments)
+    assert all(not s.words for s in lab.transcribe({}, dev_clip(SHORT)).segments)
 
 
 @rows.observe("output.intent")

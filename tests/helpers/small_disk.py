@@ -6,7 +6,8 @@
         disk.free()    # the filler is gone
 
 SQLite then fails with its own SQLITE_FULL ("database or disk is full"), in appends,
-deletes and commits alike, as on a full SD card.
+deletes and commits alike, as on a full SD card. Without root, `cap_pages` gives an outbox's
+database SQLite's own limit on its size, with the same SQLITE_FULL past it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+
+from edgeasr.output.outbox import Outbox
 
 _CHUNK = 64 * 1024
 
@@ -60,3 +63,13 @@ def small_tmpfs(path: Path, size: str = "2m") -> Iterator[Disk]:
         # lazy if a test failed with the database still open: the mount must not outlive the test
         if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+def cap_pages(outbox: Outbox, pages: int | None) -> None:
+    """SQLite's own limit on the file's size: past it, writes fail with a real SQLITE_FULL."""
+    limit = pages if pages is not None else 1_073_741_823
+    outbox._db.execute(f"PRAGMA max_page_count = {limit}")
+
+
+def page_count(outbox: Outbox) -> int:
+    return outbox._db.execute("PRAGMA page_count").fetchone()[0]

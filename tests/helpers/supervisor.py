@@ -10,9 +10,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from edgeasr.lab.evaluation.assist_hass import free_port
+from helpers import REPO
+from helpers.ports import free_port
 
-REPO = Path(__file__).resolve().parents[1]
 HASS_VENV = Path(os.environ.get("EDGEASR_TEST_HASS_VENV", REPO / ".venv-homeassistant"))
 STANDIN = Path(__file__).with_name("supervisor_standin.py")
 TOKEN = "0123456789abcdef" * 4  # the add-on's SUPERVISOR_TOKEN in these tests

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "edgeasr"
+PACKAGE = Path(__file__).resolve().parents[2] / "edgeasr"
 
 
 def module_name(path: Path) -> str:

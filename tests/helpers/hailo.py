@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-STANDIN_DIR = Path(__file__).resolve().parent / "hailo_standin"
+STANDIN_DIR = Path(__file__).resolve().parents[1] / "hailo_standin"
 ENV_KNOBS = (
     "HAILO_STANDIN_DEVICES",
     "HAILO_STANDIN_LOCK_DIR",

@@ -12,18 +12,12 @@ is stopped, like a microphone that never runs dry.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-DEV = REPO.parent / "shared" / "eval" / "dev"
 
 DEVICE_TEMPLATE = (
     'pcm.{name} {{ type file; slave.pcm "null"; file "/dev/null"; '
@@ -90,42 +84,3 @@ class VirtualMics:
             feeder.stop()
         for fd in self.fds.values():
             os.close(fd)
-
-
-def start_child(code: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    """`python -c code args...` from the repository root, with pipes for stdout/stderr."""
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish_child(proc: subprocess.Popen[str], timeout_s: float = 60) -> tuple[int, str, str]:
-    """Wait for the child; returns (exit code, stdout, stderr)."""
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"child timed out; stderr:\n{err}") from None
-    return proc.returncode, out, err
-
-
-def json_lines(out: str) -> list:
-    return [json.loads(line) for line in out.splitlines() if line.startswith(("{", "["))]
-
-
-def wait_ready(proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
-    """Block until the child prints its `ready` line (its stream is running)."""
-    import select
-
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-    line = proc.stdout.readline() if ready else ""
-    if line.strip() != "ready":
-        proc.kill()
-        raise AssertionError(f"child not ready: {line!r}; stderr:\n{proc.communicate()[1]}")
