@@ -80,7 +80,7 @@ def _pcm(audio: np.ndarray) -> np.ndarray:
 
 
 def _clips() -> list[Clip]:
-    from edgeasr.lab.evaluation.voices import Speakers, Voice
+    from edgeasr.models.voices import Speakers, Voice
 
     clips = [Clip(i, ref, _pcm(load_audio(path, SAMPLE_RATE))) for i, ref, path in _dev_clips()]
     speakers, voice = Speakers(), Voice("piper", "en_US-joe-medium", 1.0, 0.667)

@@ -27,7 +27,7 @@ from edgeasr.asr.decoding import prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
-from edgeasr.lab.evaluation.voices import Speakers, Voice
+from edgeasr.models.voices import Speakers, Voice
 from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
