@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from edgeasr.asr.decoding import DecoderSession
+from edgeasr.asr.decoding import DecoderSession, WindowEnd
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import SILENCE, MelSpec, log_mel, silence_level
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
@@ -250,7 +250,7 @@ def test_a_window_started_again_keeps_its_cross_kv_and_another_window_gets_its_o
     assert fresh[id(one)] != fresh[id(two)]
     session.start(one, padding=0)
     cross = {name: array.copy() for name, array in session.cross_inputs().items()}
-    session.start(one, padding=1500, silence=-1.0)  # the same window, padded: run again
+    session.start(one, padding=1500, end=WindowEnd(-1.0))  # the same window, padded: run again
     assert any(not np.array_equal(cross[name], array) for name, array in session.cross_inputs().items())
 
 
@@ -282,10 +282,10 @@ def test_padding_with_the_silence_row_matches_ctranslate2(tiny_bundle, tiny_ct2,
     level = silence_level(mel)
     session = DecoderSession(bundle, "fp32", 2)
     features = OnnxEncoder(bundle, "fp32").encode(mel)
-    row = session.silence.row(level)
+    row = session.padding_rows.silence.row(level)
     padded = np.concatenate([features, np.tile(row, (1, 1000, 1))], axis=1)
     expected = tiny_ct2.next_logits(padded, prompt_of(bundle), PROMPT_TEXT)
-    session.start(features, padding=1500, silence=level)
+    session.start(features, padding=1500, end=WindowEnd(level))
     session.step(prompt[:2])
     got = session.step(prompt[2:])
     error = relative_error(got, expected)
