@@ -222,3 +222,17 @@ def test_without_a_voice_unknown_weights_get_no_tail_map(tmp_path, monkeypatch, 
     with pytest.raises(ToolMissingError, match="--tail fit: no voice to say the fitting speech with"):
         tail_fit.write_tail_map(tmp_path, "0" * 64, 500, "fit", no_teacher)
     assert tail_fit.write_tail_map(tmp_path, "0" * 64, 500, "none", no_teacher) is None
+
+
+def test_every_shipped_map_loads_for_the_window_its_name_says():
+    """tiny.en's and base's 10 s windows, and base's 5 s one (the Hailo-8's HEF): each file is
+    a tail map for the positions its name says, fitted as the import fits."""
+    names = sorted(p.name for p in tail_fit.SHIPPED.glob("*.npz"))
+    assert len(names) == 3
+    for name in names:
+        sha, positions = name.removesuffix(".npz").split("-")
+        m = TailMap.load(tail_fit.SHIPPED / name)
+        assert len(sha) == 64 and m.n_positions == int(positions) and m.n_positions + m.n_tail == 1500
+        assert tail_fit.fitted_info(tail_fit.SHIPPED / name)["windows"] == tail_fit.FIT_WINDOWS
+        rows = m.rows(np.zeros((m.n_positions, m.coef.shape[2]), np.float32), -1.5)
+        assert rows.shape == (8, m.coef.shape[2]) and np.isfinite(rows).all()
