@@ -44,6 +44,10 @@ TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one
 # mean row per silence level (manifest `silence_levels`); the decoder pads with it
 SILENCE_ROLE = "silence_rows"
+# For a window whose audio ends inside it, the map from its encoding to the rows past it
+# (asr/tail.py; the manifest's `tail_map` section says how it was fitted). Optional within
+# format 10: a bundle without it pads every window with its silence row
+TAIL_MAP_ROLE = "tail_map"
 # The decoder over a whole sequence, to the alignment heads' cross-attention (word timestamps)
 ALIGN_ROLE = "decoder_align"
 # The decoder step for a beam's hypotheses in one run (extra `beam`)

@@ -148,10 +148,10 @@ def tiny_extras_engine(tiny_bundle):
 
 @pytest.fixture(scope="module")
 def speakers():
-    """Speech synthesis (piper and espeak-ng voices: edgeasr.lab.evaluation.voices), one per test
+    """Speech synthesis (piper and espeak-ng voices: edgeasr.models.voices), one per test
     module: piper draws its noise from a generator seeded when it loads, so a module's audio is
     the same whatever ran before it."""
-    from edgeasr.lab.evaluation.voices import Speakers
+    from edgeasr.models.voices import Speakers
 
     return Speakers()
 

@@ -25,11 +25,11 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient
 
 from edgeasr.asr import logits as rules
-from edgeasr.asr.decoding import prime, score_texts
+from edgeasr.asr.decoding import WindowEnd, prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
-from edgeasr.lab.evaluation.voices import Voice
+from edgeasr.models.voices import Voice
 from edgeasr.stages import SAMPLE_RATE, Intent, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_the_decoder_finds_what_was_said_likelier_than_a_near_sentence(tiny, spe
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, tiny.spec)
     texts = [tiny.sessions.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
-    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, WindowEnd(silence_level(mel), inside=True))
     scores = score_texts(tiny.sessions.decoder, primed, texts)
     assert scores[0] > scores[1] > scores[2]
 
@@ -96,7 +96,7 @@ def test_a_text_is_read_in_one_run_of_the_scoring_step_as_token_by_token(tiny_bu
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, tiny.spec)
     texts = [tiny.sessions.tokenizer.encode(" " + t) for t in ("Pause the timer.", "Post the timer.", "Turn on the lights.")]
-    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, WindowEnd(silence_level(mel), inside=True))
     assert tiny.sessions.decoder.every_logits(texts[0]) is not None
     at_once = score_texts(tiny.sessions.decoder, primed, texts)
     graph, tiny.sessions.decoder._score_graph = tiny.sessions.decoder._score_graph, None
@@ -111,7 +111,7 @@ def test_a_text_is_read_in_one_run_of_the_scoring_step_as_token_by_token(tiny_bu
         graph = tiny.sessions.decoder._score_graph
         tiny.sessions.decoder._score_graph = graph if every else None
         try:
-            with_text = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel), text=texts[0])
+            with_text = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, WindowEnd(silence_level(mel), inside=True), text=texts[0])
             after = score_texts(tiny.sessions.decoder, with_text, texts)
         finally:
             tiny.sessions.decoder._score_graph = graph
@@ -216,7 +216,7 @@ def test_a_first_word_heard_wrong_is_put_right(tiny, speakers):
         assert normalize(heard.text) == "are lutron shades open attic", heard.text
         assert heard.intent is not None and heard.intent.name == "HassGetState"
         mel = log_mel(audio, tiny.spec)
-        primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+        primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, WindowEnd(silence_level(mel), inside=True))
         found = [normalize(tiny.sessions.tokenizer.decode(tokens)) for tokens, _ in search.search(tiny.sessions.decoder, primed)]
         assert "are lutron shades open attic" in found and len(found) == len(set(found)), found
 
@@ -353,7 +353,7 @@ def test_the_search_takes_its_steps_one_hypothesis_at_a_time_or_batched_alike(ti
     audio = said(speakers, "pause the timer")
     mel = log_mel(audio, engine.spec)
     encoded, options = engine.encoder.encode(mel), replace(engine.options.decoding, language="en")
-    primed = prime(engine.sessions.decoder, encoded, options, silence_level(mel))
+    primed = prime(engine.sessions.decoder, encoded, options, WindowEnd(silence_level(mel), inside=True))
     ones = search.search(engine.sessions.decoder, primed)
     batched = search.search(engine.sessions.decoder, primed, batch=engine.sessions.batch())
     assert ones and batched
@@ -378,7 +378,7 @@ def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
     roomy, tight = (GrammarSearch(graph, tok.encode, tok.decode, tiny.bundle.tokens.eot, max_places=n)
                     for n in (4096, 8))
     mel = log_mel(said(speakers, "turn on the Nanoleaf Shapes"), tiny.spec)
-    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, silence_level(mel))
+    primed = prime(tiny.sessions.decoder, tiny.encoder.encode(mel), tiny.options.decoding, WindowEnd(silence_level(mel), inside=True))
     found = roomy.search(tiny.sessions.decoder, primed)
     assert found and found == tight.search(tiny.sessions.decoder, primed)
     assert "nanoleaf shapes" in normalize(tok.decode(found[0][0]))

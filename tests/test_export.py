@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 from helpers.ct2_reference import CLIPS, mel_of, prompt_of
 
-from edgeasr.asr.decoding import DecoderSession
+from edgeasr.asr.decoding import DecoderSession, WindowEnd
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import SILENCE, silence_level
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
@@ -43,7 +43,7 @@ from edgeasr.errors import ModelError, UsageError
 RELATIVE_TOLERANCE = 1e-4  # of max |reference|: see the module docstring
 PROMPT_TEXT = [440, 1110]  # two text tokens after the prompt: the step then has a cache to read
 DEFAULT_ROLES = {"encoder_int8", "decoder_cross_int8", "decoder_step_int8", "decoder_align_int8",
-                 "token_embedding", "silence_rows", "tokenizer"}
+                 "token_embedding", "silence_rows", "tail_map", "tokenizer"}
 DEFAULT_BUNDLE_MAX_MB = 150
 
 
@@ -232,7 +232,7 @@ def test_a_window_started_again_keeps_its_cross_kv_and_another_window_gets_its_o
     assert fresh[id(one)] != fresh[id(two)]
     session.start(one, padding=0)
     cross = {name: array.copy() for name, array in session.cross_inputs().items()}
-    session.start(one, padding=1500, silence=-1.0)  # the same window, padded: run again
+    session.start(one, padding=1500, end=WindowEnd(-1.0))  # the same window, padded: run again
     assert any(not np.array_equal(cross[name], array) for name, array in session.cross_inputs().items())
 
 
@@ -264,14 +264,36 @@ def test_padding_with_the_silence_row_matches_ctranslate2(tiny_bundle, tiny_ct2,
     level = silence_level(mel)
     session = DecoderSession(bundle, "fp32", 2)
     features = OnnxEncoder(bundle, "fp32").encode(mel)
-    row = session.silence.row(level)
+    row = session.padding_rows.silence.row(level)
     padded = np.concatenate([features, np.tile(row, (1, 1000, 1))], axis=1)
     expected = tiny_ct2.next_logits(padded, prompt_of(bundle), PROMPT_TEXT)
-    session.start(features, padding=1500, silence=level)
+    session.start(features, padding=1500, end=WindowEnd(level))
     session.step(prompt[:2])
     got = session.step(prompt[2:])
     error = relative_error(got, expected)
     print(f"\nsilence-row padding: max |diff| / max |ref| = {error:.1e}")
+    assert error <= RELATIVE_TOLERANCE
+
+
+def test_padding_with_the_tail_maps_rows_matches_ctranslate2(tiny_bundle, tiny_ct2, dev_dir):
+    """A window whose audio ends inside it is padded with the tail map's 8 rows, each with the
+    score bias log(125): CTranslate2's logits on the features followed by each row 125 times."""
+    bundle = load_bundle(tiny_bundle)
+    prompt = prompt_of(bundle) + PROMPT_TEXT
+    mel = mel_of(dev_dir, CLIPS[1], bundle)
+    session = DecoderSession(bundle, "fp32", 2)
+    assert session.padding_rows.tail is not None, "the import gives tiny.en's weights their tail map"
+    features = OnnxEncoder(bundle, "fp32").encode(mel)
+    end = WindowEnd(silence_level(mel), inside=True)
+    rows = session.padding_rows.tail.rows(features[0], end.silence)
+    padded = np.concatenate([features, np.repeat(rows, 125, axis=0)[None]], axis=1)
+    expected = tiny_ct2.next_logits(padded, prompt_of(bundle), PROMPT_TEXT)
+    session.start(features, padding=1500, end=end)
+    assert len(session.cross_bias) == 508
+    session.step(prompt[:2])
+    got = session.step(prompt[2:])
+    error = relative_error(got, expected)
+    print(f"\ntail-map padding: max |diff| / max |ref| = {error:.1e}")
     assert error <= RELATIVE_TOLERANCE
 
 

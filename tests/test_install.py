@@ -81,6 +81,9 @@ def test_the_wheel_ships_the_product_and_no_lab_module(wheel):
     runtime = {m for name in RUNTIME for m in {name, *reached(name)}}
     assert not runtime - shipped, f"the runtime imports {sorted(runtime - shipped)}, not in the wheel"
     assert shipped == {n for n in MODULES if part(n) != "lab"}  # the lab left out, and nothing else
+    # the package's data: known weights' calibrations and tail maps, the tail fit's prose
+    data = {str(p.relative_to(REPO)) for p in (REPO / "edgeasr" / "models").glob("tail_maps/*.npz")}
+    assert data and data | {"edgeasr/models/known.json", "edgeasr/models/tail_speech.txt"} <= set(names)
 
 
 @pytest.mark.parametrize("argv", [

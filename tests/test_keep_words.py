@@ -17,7 +17,7 @@ from edgeasr.continuation import decode_until
 from edgeasr.lab.evaluation.ablation import HIT, INSERTED, compare
 from edgeasr.lab.evaluation.command_phrases import FRENCH_SHORT, GERMAN_SHORT
 from edgeasr.lab.evaluation.scoring import Scorer, folds, read_entries, speaker_of
-from edgeasr.lab.evaluation.voices import Voice
+from edgeasr.models.voices import Voice
 from edgeasr.stages import SAMPLE_RATE
 
 MORE = SHARED / "eval" / "dev-more"

@@ -126,7 +126,7 @@ def test_a_withheld_reading_leaves_the_transcription_empty():
     import numpy as np
 
     from edgeasr.asr.commands.reader import WITHHELD, CommandReader, EncodedWindow
-    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.asr.decoding import DecodingOptions, WindowEnd
     from edgeasr.stages import TextSegment, Transcription
 
     vocabulary = load_home(DATA / "home-fr.yaml")
@@ -145,7 +145,7 @@ def test_a_withheld_reading_leaves_the_transcription_empty():
                                 doubtful_windows=doubtful, context=(5, 6, 7, 8))
         reader = CommandReader(FreeTextOnly(), lambda vocabulary, language: french, None,
                                DecodingOptions(), max_prompt=224)
-        return reader.read(decoded, EncodedWindow(np.zeros((1, 1)), 0.0), vocabulary, said_before=(5, 6))
+        return reader.read(decoded, EncodedWindow(np.zeros((1, 1)), WindowEnd(0.0)), vocabulary, said_before=(5, 6))
 
     gone = read(doubtful=1)
     assert gone.text == "" and gone.segments == () and gone.intent is None and gone.context == (5, 6)

@@ -21,7 +21,7 @@ from edgeasr.asr.commands.budget import (
 )
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
-from edgeasr.lab.evaluation.voices import Voice
+from edgeasr.models.voices import Voice
 
 HOME = Path(__file__).parent / "data" / "home.yaml"
 SLOW_JOE = Voice("piper", "en_US-joe-medium", 1.0, 0.0)  # "start the Roborock" heard "Start the row burah."

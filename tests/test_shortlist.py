@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers.engines import make_engine
 
-from edgeasr.asr.decoding import DecoderSession, logsumexp
+from edgeasr.asr.decoding import DecoderSession, WindowEnd, logsumexp
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel, silence_level
 from edgeasr.audio.files import load_audio
@@ -44,7 +44,7 @@ def test_the_shortlist_step_gives_the_full_projections_logits_to_the_bit(tiny_bu
     features = OnnxEncoder(bundle, "int8", 2).encode(mel)
     full, short = DecoderSession(bundle), DecoderSession(bundle, projection="shortlist")
     for session in (full, short):
-        session.start(features, 1500, silence_level(mel))
+        session.start(features, 1500, WindowEnd(silence_level(mel)))
     logits = full.step([bundle.tokens.sot]).copy()
     np.testing.assert_array_equal(short.step([bundle.tokens.sot]), logits)  # its text, tail and other tokens
     text_ids = shortlist_text_ids(bundle.suppress_tokens, bundle.tokens.eot)

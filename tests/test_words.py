@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from edgeasr.asr import alignment
-from edgeasr.asr.decoding import DecoderSession, preset_options
+from edgeasr.asr.decoding import DecoderSession, WindowEnd, preset_options
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel, silence_level
 from edgeasr.asr.greedy import decode_window
@@ -58,7 +58,7 @@ def window_boundaries(bundle_dir, ct2, dev_dir, rows, precision: str) -> tuple[n
         audio = load_audio(dev_dir / row["file"], a.sample_rate)[: spec.n_samples]
         mel = log_mel(audio, spec)
         features, level = encoder.encode(mel), silence_level(mel)
-        result = decode_window(decoder, features, options, len(audio) / a.sample_rate, level)
+        result = decode_window(decoder, features, options, len(audio) / a.sample_rate, WindowEnd(level))
         text = [t for t in result.tokens if t < tok.eot]
         prompt = aligner.prompt(result.language, "transcribe")
         scores = aligner.scores([*prompt, tok.no_timestamps, *text, tok.eot])
@@ -66,7 +66,7 @@ def window_boundaries(bundle_dir, ct2, dev_dir, rows, precision: str) -> tuple[n
         rows_ = slice(len(prompt), len(prompt) + len(text) + 1)
         ours = alignment.path_starts(alignment.similarity(scores, frames // 2, rows_, 7))
         padded = np.concatenate(
-            [features, np.tile(decoder.silence.row(level), (1, options.encoder_padding - features.shape[1], 1))], axis=1)
+            [features, np.tile(decoder.padding_rows.silence.row(level), (1, options.encoder_padding - features.shape[1], 1))], axis=1)
         path = np.array(ct2.align(padded, prompt, text, frames).alignments)
         theirs = alignment.token_starts(path[:, 0], path[:, 1])
         token_diffs.append(np.abs(ours - theirs))

@@ -103,7 +103,7 @@ def test_a_command_read_as_decoded_writes_its_numbers_apart_from_their_units(hel
     """Whisper writes "a 10-minute timer"; Home Assistant 2025.4's matcher takes no command so
     written (newer ones do), and both take "a 10 minute timer": the reading writes it so."""
     from edgeasr.asr.commands.reader import CommandReader, EncodedWindow, Heard
-    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.asr.decoding import DecodingOptions, WindowEnd
     from edgeasr.stages import TextSegment, Transcription
 
     sentences, _ = held_out
@@ -120,7 +120,7 @@ def test_a_command_read_as_decoded_writes_its_numbers_apart_from_their_units(hel
         decoded = Transcription(text, (segment,), "en", windows=1, tokens=2, consumed_samples=32000)
         reader = CommandReader(AsDecoded(), lambda vocabulary, language: sentences, None,
                                DecodingOptions(), max_prompt=224)
-        return reader.read(decoded, EncodedWindow(np.zeros((1, 1)), 0.0), load_home(HELD_OUT))
+        return reader.read(decoded, EncodedWindow(np.zeros((1, 1)), WindowEnd(0.0)), load_home(HELD_OUT))
 
     timer = read("Set a 10-minute timer.")
     assert timer.text == "Set a 10 minute timer." and timer.segments[0].text == " Set a 10 minute timer."

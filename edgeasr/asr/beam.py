@@ -31,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from edgeasr.asr.decoding import STEP_SPIN_US, DecoderSession, DecodingOptions, WindowResult, feed_prompt, logsumexp
+from edgeasr.asr.decoding import (
+    STEP_SPIN_US,
+    DecoderSession,
+    DecodingOptions,
+    WindowEnd,
+    WindowResult,
+    feed_prompt,
+    logsumexp,
+)
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.greedy import decode_window, token_cap
 from edgeasr.asr.logits import LogitRules
@@ -202,15 +210,15 @@ class BeamDecoder:
         self.scratch = np.zeros((size, bundle.n_vocab), np.float32)  # for the softmax of a step
 
     def __call__(self, session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                 window_s: float, silence: float | None = None, rules: LogitRules | None = None,
+                 window_s: float, end: WindowEnd | None = None, rules: LogitRules | None = None,
                  prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
                  should_stop: Callable[[], bool] | None = None) -> WindowResult:
         if options.temperature > 0:
-            return decode_window(session, audio_features, options, window_s, silence, rules, prompt, rng,
+            return decode_window(session, audio_features, options, window_s, end, rules, prompt, rng,
                                  should_stop)
         rules = rules if rules is not None else LogitRules.for_window(session.bundle, options, window_s)
         t0 = time.monotonic()
-        session.start(audio_features, options.encoder_padding, silence)
+        session.start(audio_features, options.encoder_padding, end)
         t1 = time.monotonic()
         logits, no_speech_prob, language = feed_prompt(session, options, prompt)
         cap = token_cap(session, options, window_s)

@@ -10,7 +10,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowResult, feed_prompt, logprob_of_max, logsumexp
+from edgeasr.asr.decoding import (
+    DecoderSession,
+    DecodingOptions,
+    WindowEnd,
+    WindowResult,
+    feed_prompt,
+    logprob_of_max,
+    logsumexp,
+)
 from edgeasr.asr.greedy_shortlist import decode_shortlisted
 from edgeasr.asr.logits import LogitRules
 from edgeasr.errors import Cancelled
@@ -30,19 +38,20 @@ def token_cap(session: DecoderSession, options: DecodingOptions, window_s: float
 
 
 def decode_window(session: DecoderSession, audio_features: np.ndarray, options: DecodingOptions,
-                  window_s: float, silence: float | None = None, rules: LogitRules | None = None,
+                  window_s: float, end: WindowEnd | None = None, rules: LogitRules | None = None,
                   prompt: Sequence[int] = (), rng: np.random.Generator | None = None,
                   should_stop: Callable[[], bool] | None = None) -> WindowResult:
     """Decoding with timestamps of one window whose speech lasts `window_s`: greedy, or
-    sampled at `options.temperature` (with `rng`). `silence` is the window's log-mel value
-    of silence (`features.silence_level`); `rules` the window's (built here if not given);
+    sampled at `options.temperature` (with `rng`). `end`: how the window's audio ends (its
+    silence level, and whether it ends inside the window: what the padding rows stand for);
+    `rules` the window's (built here if not given);
     `prompt` is earlier text of the same speech (openai's condition_on_previous_text), fed
     after <|startofprev|>."""
     rules = rules if rules is not None else LogitRules.for_window(session.bundle, options, window_s)
     eot = session.bundle.tokens.eot
     sampled = options.temperature > 0 and rng is not None
     t0 = time.monotonic()
-    session.start(audio_features, options.encoder_padding, silence)
+    session.start(audio_features, options.encoder_padding, end)
     t1 = time.monotonic()
     logits, no_speech_prob, language = feed_prompt(session, options, prompt)
     cap = token_cap(session, options, window_s)

@@ -22,6 +22,7 @@ import numpy as np
 
 from edgeasr.asr.commands.reader import CommandReader, EncodedWindow, SentenceSource
 from edgeasr.asr.commands.vocabulary import VOCABULARY_CACHE, keyterms
+from edgeasr.asr.decoding import WindowEnd
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.engine import EngineOptions, EngineSessions, engine_options, live_options, load_sessions
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
@@ -146,7 +147,7 @@ class Transcriber:
             window = self.walker.window(audio, walk.seek, final, speech)
             whole = window.seek == 0 and len(window.audio) == len(audio)
             encoded = self._encode(window, features if whole else None, walk)
-            walk.add(self.window_decoder.decode(window, encoded.features, encoded.silence, walk.before_window(),
+            walk.add(self.window_decoder.decode(window, encoded.features, encoded.end, walk.before_window(),
                                                 should_stop))
             walk.last = encoded
             if whole:
@@ -162,14 +163,14 @@ class Transcriber:
         return result
 
     def _encode(self, window: Window, features: np.ndarray | None, walk: _Walk) -> EncodedWindow:
-        """A window's encoder output and silence level (its log-mel: `features`, else computed)."""
+        """A window's encoder output and how its audio ends (its log-mel: `features`, else computed)."""
         t0 = time.monotonic()
         mel = features if features is not None else log_mel(window.audio, self.spec)
         t1 = time.monotonic()
         encoded = self.encoder.encode(mel)
         walk.timings["features"] += (t1 - t0) * 1e3
         walk.timings["encoder"] += (time.monotonic() - t1) * 1e3
-        return EncodedWindow(encoded, silence_level(mel))
+        return EncodedWindow(encoded, WindowEnd(silence_level(mel), window.ends_inside))
 
     def _transcription(self, walk: _Walk, complete: bool) -> Transcription:
         segments = tidy(walk.segments, complete=complete)

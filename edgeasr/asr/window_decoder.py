@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgeasr.asr.commands.vocabulary import KEYTERM_BOOST
-from edgeasr.asr.decoding import DecodingOptions, WindowResult, feed_prompt
+from edgeasr.asr.decoding import DecodingOptions, WindowEnd, WindowResult, feed_prompt
 from edgeasr.asr.engine import EngineOptions, EngineSessions
 from edgeasr.asr.gates import Gate, NoSpeech, Repetitive, WindowStats, check, compression_ratio
 from edgeasr.asr.greedy import decode_window
@@ -102,9 +102,9 @@ class WindowDecoder:
         self.options, self.gates, self.gate_failures = options.decoding, options.gates, gate_failures
         self.on_gate_fail, self.fallback = options.on_gate_fail, options.fallback
 
-    def decode(self, window: Window, encoded: np.ndarray, silence: float, before: Before,
+    def decode(self, window: Window, encoded: np.ndarray, end: WindowEnd, before: Before,
                should_stop: Callable[[], bool] | None = None) -> WindowText:
-        """Decode a window (`encoded`: its encoder output, `silence`: its log-mel silence level).
+        """Decode a window (`encoded`: its encoder output, `end`: how its audio ends).
         The vocabulary's keyterms get a boost; its names are no prompt here: before free speech
         they cost more words than they put right (they are the prompt of the home's sentences)."""
         chunk = window.audio
@@ -124,7 +124,7 @@ class WindowDecoder:
             # a high temperature's sample does not follow the prompt: drop it (faster-whisper)
             earlier = prompt if temperature <= self.fallback.prompt_reset_temperature else []
             result = self.strategy(self.decoder, encoded, replace(options, temperature=temperature), window_s,
-                                   silence, rules, prompt=earlier, rng=rng, should_stop=should_stop)
+                                   end, rules, prompt=earlier, rng=rng, should_stop=should_stop)
             spent += result.timings_ms["decoder"]
             steps += int(result.timings_ms["steps"])
             pieces, advance = self.kept.keep(result, chunk, window.complete, window.speech, window.more,

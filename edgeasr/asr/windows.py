@@ -41,6 +41,10 @@ class Window:
     complete: bool  # the speech ends in it: an open tail is complete too
     more: bool  # audio follows it (a looped phrase can be decoded again in the next one)
     speech: SpeechMap | None  # the VAD's verdict on its frames (None without a VAD)
+    # its audio ends before the model's window does (the encoder's input is padded past it):
+    # not cut in running speech, so the decoder reads the tail past it (decoding.PaddingRows).
+    # Whether more audio follows is not asked: the same audio is decoded the same way.
+    ends_inside: bool
 
 
 class WindowWalker:
@@ -67,11 +71,12 @@ class WindowWalker:
             cut = self._pause(chunk, frames, self.search_s)
             if cut is not None and cut >= MIN_ADVANCE_S * sr:
                 chunk, complete = chunk[:cut], True
+        ends_inside = len(chunk) < self.spec.n_samples
         if frames is None:
-            return Window(chunk, seek, complete, more, None)
+            return Window(chunk, seek, complete, more, None, ends_inside)
         whole = max(0, (len(chunk) - frames.offset) // frames.frame)  # the frames that end inside the window
         return Window(chunk, seek, complete, more,
-                      SpeechMap(frames.flags[:whole], frames.frame / sr, frames.offset / sr))
+                      SpeechMap(frames.flags[:whole], frames.frame / sr, frames.offset / sr), ends_inside)
 
     def _pause(self, chunk: np.ndarray, frames: SpeechFrames, search_s: float) -> int | None:
         """Samples up to the end of the pause frame in the window's last `search_s` to end it

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from edgeasr.models import DTYPES
+from edgeasr.models import DTYPES, TAIL_MODES
 
 
 def register(subparsers):
@@ -28,6 +28,11 @@ def register(subparsers):
                      "fp32 (the fp32 CPU graphs), hailo (the Hailo-ready fp32 encoder and the "
                      "fixed-length Hailo decoder), 30s (the 30 s encoder, for `edgeasr bench`), "
                      "beam (the batched decoder step, for decoder.beam_size > 1)")
+    imp.add_argument("--tail", choices=TAIL_MODES, default=TAIL_MODES[0],
+                     help="the rows the decoder reads past a window whose audio ends inside it: auto (the "
+                     "default) takes the map edgeasr ships for known weights, else fits one on speech said by "
+                     "espeak-ng or piper where installed (a few minutes), else none; fit always fits; none: "
+                     "the silence row only")
     imp.add_argument("--hef", type=Path, default=None, metavar="FILE",
                      help="an encoder HEF built elsewhere (e.g. Hailo's published Whisper HEFs) for "
                      "these weights: checked as far as HailoRT here allows, copied in and recorded")
@@ -51,9 +56,11 @@ def _import(args: argparse.Namespace) -> int:
 
         precheck_hef(args.hef, window_s)  # a window that cannot fit fails before the import
     extras = [x.strip() for x in args.extras.split(",") if x.strip()]  # checked by import_model
-    m = import_model(args.sources, args.out, window_s=window_s, extras=extras, force=args.force)
+    m = import_model(args.sources, args.out, window_s=window_s, extras=extras, force=args.force, tail=args.tail)
     total = sum(f["bytes"] for f in m["files"].values())
     print(f"{m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB in {args.out}")
+    if "tail_map" in m:
+        print(f"tail map: {m['tail_map']['source']}")
     if args.hef:
         from edgeasr.models.hef_import import attach_hef
 

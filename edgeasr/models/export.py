@@ -41,7 +41,7 @@ import numpy as np
 
 from edgeasr import __version__
 from edgeasr.asr.features import SILENCE
-from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, file_entry
+from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, TAIL_MAP_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
 from edgeasr.models.checkpoint import Checkpoint, Dims, load_checkpoint
 from edgeasr.models.known_decoding import apply_known, known_decoding
@@ -58,6 +58,7 @@ SILENCE_STEP = 0.1
 SILENCE_COUNT = 16
 EXTRAS = ("fp32", "hailo", "30s", "beam", "shortlist")
 DEFAULT_WINDOW_S = 10.0  # the encoder window unless --window-s says otherwise
+DEFAULT_TAIL = "auto"  # --tail (models.TAIL_MODES)
 
 
 def _onnx():
@@ -144,16 +145,12 @@ def mlp_matmuls(names: Sequence[str] = ("fc1", "fc2")) -> Callable[[Any], list[s
     return pick
 
 
-def silence_rows(encoder_30s, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
-    """Per silence level, the 30 s encoder's mean output past the window for an input that
-    holds only that level: what the decoder saw there in training (`decoding.SilenceRows`)."""
-    import onnxruntime as ort
-
+def silence_rows(session, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
+    """Per silence level, the 30 s encoder's (`session`'s) mean output past the window for an
+    input that holds only that level: what the decoder saw there in training
+    (`decoding.SilenceRows`)."""
     d = ckpt.dims
     levels = [round(SILENCE + i * SILENCE_STEP, 3) for i in range(SILENCE_COUNT)]
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(encoder_30s.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     rows = []
     for level in levels:
         mel = np.full((1, 1, 2 * d.n_audio_ctx, d.n_mels), level, np.float32)
@@ -232,7 +229,8 @@ class BundleFiles:
     def __init__(self, out: Path, ckpt: Checkpoint) -> None:
         self.out, self.ckpt = out, ckpt
         self.roles: dict[str, str] = {}
-        self.sections: dict[str, dict] = {}  # manifest sections an extra adds (`shortlist`)
+        self.sections: dict[str, dict] = {}  # manifest sections a step adds (`shortlist`, `tail_map`)
+        self.encoder_30s: Any = None  # its onnxruntime session, from the silence rows' step to the tail map's
 
     def cpu_graph(self, role: str, build, *args, keep_fp32: bool,
                   keep_float: Callable[[Any], list[str]] = _all_int8) -> None:
@@ -260,7 +258,9 @@ class BundleFiles:
 
     def silence_rows(self, window: EncoderWindow, keep_30s: bool) -> list[float]:
         """The decoder's padding rows, from the 30 s encoder (kept as a file with the 30s
-        extra); returns their silence levels."""
+        extra, and in memory for the tail map's step); returns their silence levels."""
+        import onnxruntime as ort
+
         from edgeasr.models import graphs
         from edgeasr.models.onnx_builder import save
 
@@ -269,7 +269,29 @@ class BundleFiles:
             save(encoder_30s, self.out / "encoder_30s.onnx")
             self.roles["encoder_30s"] = "encoder_30s.onnx"
         self.roles[SILENCE_ROLE] = SILENCE_ROWS
-        return silence_rows(encoder_30s, self.ckpt, window.n_positions, self.out)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        self.encoder_30s = ort.InferenceSession(encoder_30s.SerializeToString(), opts,
+                                                providers=["CPUExecutionProvider"])
+        return silence_rows(self.encoder_30s, self.ckpt, window.n_positions, self.out)
+
+    def tail_map(self, window: EncoderWindow, mode: str) -> None:
+        """The tail map past the window (models/tail_fit.py; `mode` as --tail says): the one
+        edgeasr ships for these weights, else one fitted on synthesised speech with the bundle's
+        own encoders as teacher and student, else none (the decoder pads with the silence row)."""
+        from edgeasr.asr.features import MelSpec
+        from edgeasr.models.tail_fit import TAIL_MAP_FILE, Teacher, write_tail_map
+
+        if window.n_positions >= self.ckpt.dims.n_audio_ctx:
+            return  # a 30 s window: no positions past it
+        spec = MelSpec(SAMPLE_RATE, N_FFT, HOP_LENGTH, self.ckpt.dims.n_mels, window.n_frames)
+        section = write_tail_map(self.out, self.ckpt.source.get("sha256", ""), window.n_positions, mode,
+                                 lambda: Teacher(self.out / self.roles["encoder_int8"], self.encoder_30s, spec,
+                                                 window.n_positions))
+        self.encoder_30s = None  # its last use
+        if section is not None:
+            self.roles[TAIL_MAP_ROLE] = TAIL_MAP_FILE
+            self.sections["tail_map"] = section
 
     def token_table(self, window: EncoderWindow, hailo_decoder: bool) -> None:
         """The token table the decoders read by rows; with `hailo_decoder`, the full-NPU
@@ -309,9 +331,10 @@ class BundleFiles:
         return {role: file_entry(self.out, name) for role, name in self.roles.items()}
 
 
-def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[str], steps: _Steps) -> list[float]:
-    """Every ONNX graph the bundle holds, the token table and the tokenizer, each a step;
-    returns the silence levels of the padding rows."""
+def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[str], steps: _Steps,
+                 tail: str = DEFAULT_TAIL) -> list[float]:
+    """Every ONNX graph the bundle holds, the padding's rows and tail map, the token table and
+    the tokenizer, each a step; returns the silence levels of the padding rows."""
     from edgeasr.models import graphs
     from edgeasr.models.batch_graph import decoder_step_batch
 
@@ -321,6 +344,7 @@ def write_graphs(files: BundleFiles, window: EncoderWindow, extras: frozenset[st
     # as fp32 does; the CPU's int8 one takes any number of frames (the same output for a full window)
     steps.run("encoder", files.encoder, window.n_frames, keep_fp32=bool(extras & {"fp32", "hailo"}))
     levels = steps.run("30 s encoder and silence rows", files.silence_rows, window, keep_30s="30s" in extras)
+    steps.run("tail map", files.tail_map, window, tail)
     steps.run("cross-attention K/V", files.cpu_graph, "decoder_cross", graphs.decoder_cross, keep_fp32=fp32)
     step_float = decoder_step_float(ckpt)
     steps.run("decoder step", files.cpu_graph, "decoder_step", graphs.decoder_step,
@@ -401,19 +425,19 @@ def write_manifest(files: BundleFiles, window: EncoderWindow, extras: frozenset[
 
 
 def import_model(sources: list[str], out: Path, window_s: float = DEFAULT_WINDOW_S, extras=(),
-                 force: bool = False) -> dict:
-    """Build a bundle in `out` with the default files plus `extras` (see EXTRAS); returns
-    the manifest."""
+                 force: bool = False, tail: str = DEFAULT_TAIL) -> dict:
+    """Build a bundle in `out` with the default files plus `extras` (see EXTRAS) and the tail
+    map `tail` asks for (models.TAIL_MODES); returns the manifest."""
     _onnx()
     extras = check_extras(extras)
     out = Path(out)
     _prepare_out(out, force)
-    steps = _Steps(total=8 + 2 * ("beam" in extras) + ("shortlist" in extras))
+    steps = _Steps(total=9 + 2 * ("beam" in extras) + ("shortlist" in extras))
     t_start = time.monotonic()
     ckpt: Checkpoint = steps.run("read weights", load_checkpoint, sources)
     window = encoder_window(window_s, ckpt.dims)
     files = BundleFiles(out, ckpt)
-    levels = write_graphs(files, window, extras, steps)
+    levels = write_graphs(files, window, extras, steps, tail)
     m = steps.run("manifest", write_manifest, files, window, extras, levels, dict(steps.timings))
     m = apply_known(out, m)  # decoding settings calibrated for these weights (models/known_decoding.py)
     steps.close()

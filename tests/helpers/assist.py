@@ -57,7 +57,7 @@ def pcm16(audio: np.ndarray) -> np.ndarray:
 def command_clips() -> list[Clip]:
     """Every command the Assist tests say to the satellite: the recorded ones, then SPOKEN said
     by piper after LEAD of silence."""
-    from edgeasr.lab.evaluation.voices import Speakers, Voice
+    from edgeasr.models.voices import Speakers, Voice
 
     clips = [Clip(i, ref, pcm16(load_audio(path, SAMPLE_RATE))) for i, ref, path in dev_clips()]
     speakers, voice = Speakers(), Voice("piper", "en_US-joe-medium", 1.0, 0.667)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeasr.lab.evaluation.voices import Speakers, Voice
+from edgeasr.models.voices import Speakers, Voice
 from edgeasr.stages import SAMPLE_RATE
 
 JOE = Voice("piper", "en_US-joe-medium", 1.0, 0.667)

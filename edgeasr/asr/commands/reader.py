@@ -59,7 +59,7 @@ from edgeasr.asr.commands.vocabulary import (
     prompt_items,
     unsure,
 )
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowEnd, prime
 from edgeasr.asr.gates import compression_ratio
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.stages import Intent, Sentences, TextSegment, Transcription, Vocabulary, WordGraph
@@ -81,10 +81,10 @@ DECODE_PARTS = ("features", "encoder", "decoder", "words")
 
 @dataclass(frozen=True)
 class EncodedWindow:
-    """A window's encoder output and its silence level: what the reading decodes again."""
+    """A window's encoder output and how its audio ends: what the reading decodes again."""
 
     features: np.ndarray
-    silence: float
+    end: WindowEnd
 
 
 class CommandReader:
@@ -110,7 +110,7 @@ class CommandReader:
         decode_ms = sum(result.timings_ms.get(part, 0.0) for part in DECODE_PARTS)
         budget = ReadingBudget(self.budget, self.budget.allowed_ms(decode_ms))
         result = _elisions_glued(result, sentences)
-        heard = self.hearing.hear(result.text, sentences, window.features, window.silence,
+        heard = self.hearing.hear(result.text, sentences, window.features, window.end,
                                   replace(self.options, language=result.language), vocabulary, self.batch(),
                                   prompt=self.prompt,
                                   unsure=unsure(result.language, result.doubtful_windows > 0), budget=budget)
@@ -181,10 +181,10 @@ class CommandHearing:
         self.encode = functools.lru_cache(maxsize=PROMPT_ITEMS_CACHE)(lambda text: tuple(tokenizer.encode(text)))
         self._searches: dict[int, tuple[WordGraph, GrammarSearch]] = {}
 
-    def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
+    def hear(self, text: str, sentences: Sentences, encoded: np.ndarray, end: WindowEnd, options: DecodingOptions,
              vocabulary: Vocabulary, batch: BatchDecoderSession | None = None, prompt: bool = True,
              unsure: bool = False, budget: ReadingBudget | None = None) -> Heard | None:
-        """The command the window (its encoder output and silence level) says, `text` as
+        """The command the window (its encoder output and how its audio ends) says, `text` as
         decoded; None when it says none, WITHHELD when its text must not reach the home.
         `prompt`: the names go before the home's sentences (bench-commands measures without);
         `batch`: the search steps its hypotheses at once; `unsure`: the decoder did not know
@@ -196,11 +196,11 @@ class CommandHearing:
             return Heard(text, intent)
         # a command through free-text slots only ("set a timer for 2 minutes in 30 seconds": a
         # delayed command) is read against the home's sentences like text that is no command
-        taken = self._weigh(text, sentences, encoded, silence, options, vocabulary, batch, prompt,
+        taken = self._weigh(text, sentences, encoded, end, options, vocabulary, batch, prompt,
                             DOUBTFUL_LIKENESS if unsure else 0.0, budget) if _has_letters(text) else None
         return WITHHELD if taken is None and withheld(intent, unsure) else taken
 
-    def _weigh(self, text: str, sentences: Sentences, encoded: np.ndarray, silence: float, options: DecodingOptions,
+    def _weigh(self, text: str, sentences: Sentences, encoded: np.ndarray, end: WindowEnd, options: DecodingOptions,
                vocabulary: Vocabulary, batch: BatchDecoderSession | None, prompt: bool,
                likeness: float, budget: ReadingBudget) -> Heard | None:
         """The home's sentence the window is taken to say instead of `text`, or None."""
@@ -209,7 +209,7 @@ class CommandHearing:
         budget.for_text(len(heard))
         before = names_prompt(self.items(vocabulary), self.encode, heard=text) if prompt else []
         # one start for both readings; the text as decoded is scored in the same run
-        primed = prime(self.decoder, encoded, options, silence, before, text=heard)
+        primed = prime(self.decoder, encoded, options, end, before, text=heard)
         assert primed.text_score is not None
         own = primed.text_score
         # the search looks for sentences within COMMAND_MARGIN; of those it finished below, a

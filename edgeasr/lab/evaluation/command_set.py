@@ -39,7 +39,8 @@ from edgeasr.lab.evaluation.command_phrases import (
     Language,
     language_of,
 )
-from edgeasr.lab.evaluation.voices import NOISE_DIR, SAMPLE_RATE, Speakers, Voice, mix, pick_voice, read_noise
+from edgeasr.lab.evaluation.voices import NOISE_DIR, SAMPLE_RATE, mix, pick_voice, read_noise
+from edgeasr.models.voices import Speakers, Voice
 from edgeasr.stages import HomeName, Intent
 
 if TYPE_CHECKING:
