@@ -182,6 +182,33 @@ def test_a_window_cut_in_running_speech_keeps_the_silence_row(tiny_bundle, dev_d
     assert lasts and all(n == 508 for _, n in lasts)
 
 
+def test_a_5s_window_cut_in_running_speech_takes_the_map_too(tiny_bundle, dev_dir, dev_manifest, tmp_path):
+    """In a bundle of 5 s windows (base on the Hailo-8) most windows are cut in running speech,
+    and there the map pads them too (tail.CUT_WINDOWS_MAX_S); the same window of a 10 s bundle
+    keeps the silence row."""
+    older, tailed = with_and_without_tail(tiny_bundle, tmp_path)
+    ten = load_bundle(tailed)
+    m = shipped_map(ten)
+    short = TailMap(250, tail_fit.band_edges(1250, 8), m.last, m.feature_mean, m.feature_basis, m.coef)
+    (tailed / "tail_map.npz").unlink()
+    short.save(tailed / "tail_map.npz")
+    manifest = json.loads((tailed / "manifest.json").read_text())
+    manifest["files"][TAIL_MAP_ROLE]["bytes"] = (tailed / "tail_map.npz").stat().st_size
+    manifest["audio"].update(window_s=5.0, n_frames=500, n_positions=250)
+    (tailed / "manifest.json").write_text(json.dumps(manifest))
+    audio = held_out(ten, dev_dir, dev_manifest)[0]
+    mel = log_mel(audio, MelSpec(16000, 400, 160, 80, 1000))
+    features = OnnxEncoder(load_bundle(older)).encode(mel)
+    cut = WindowEnd(silence_level(mel), inside=False)
+    five = DecoderSession(load_bundle(tailed))
+    five.start(np.ascontiguousarray(features[:, :250]), 1500, cut)
+    assert len(five.cross_bias) == 258 and np.allclose(five.cross_bias[250:], short.log_counts)
+    (tmp_path / "ten").mkdir()
+    plain = DecoderSession(load_bundle(with_and_without_tail(tiny_bundle, tmp_path / "ten")[1]))
+    plain.start(features, 1500, cut)
+    assert len(plain.cross_bias) == 501
+
+
 def test_a_tail_map_for_another_window_is_refused_in_one_line(tiny_bundle, tmp_path):
     _, tailed = with_and_without_tail(tiny_bundle, tmp_path)
     m = shipped_map(load_bundle(tailed))

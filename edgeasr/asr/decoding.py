@@ -25,7 +25,7 @@ import numpy as np
 
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.shortlist import ShortlistProjection, ShortRow
-from edgeasr.asr.tail import TailMap
+from edgeasr.asr.tail import CUT_WINDOWS_MAX_S, TailMap
 from edgeasr.bundle import SCORE_ROLE, SHORTLIST_STEP_ROLE, SILENCE_ROLE, TAIL_MAP_ROLE, TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import ConfigError, ModelError
@@ -187,12 +187,14 @@ class PaddingRows:
 
     Measured against the silence row (docs/benchmarks.md): the tail map's rows are much nearer
     the 30 s encoder's (median relative error about 0.1 against 0.6), and the decoder alone
-    stops inventing endings (base, greedy: WER 10.2 -> 5.5 %). On windows cut in running speech
-    it cost base 1.7 points of WER over 10 s, so those keep the silence row."""
+    stops inventing endings (base, greedy: WER 10.2 -> 5.5 %). On 10 s windows cut in running
+    speech it cost base 1.7 points of WER over 10 s, so those keep the silence row; on shorter
+    windows (tail.CUT_WINDOWS_MAX_S: the Hailo-8's 5 s) the map pads them too."""
 
     def __init__(self, bundle: Bundle) -> None:
         self.silence = SilenceRows(bundle)
         self.tail: TailMap | None = None
+        self.cut_windows_too = bundle.audio.window_s <= CUT_WINDOWS_MAX_S
         if bundle.has(TAIL_MAP_ROLE):
             path = bundle.path(TAIL_MAP_ROLE)
             self.tail = TailMap.load(path)
@@ -204,7 +206,8 @@ class PaddingRows:
     def rows(self, audio_features: np.ndarray, count: int, end: WindowEnd | None) -> tuple[np.ndarray, np.ndarray]:
         """Rows [n, d] for the `count` positions past the window, and their score biases [n].
         The tail map stands for the whole 30 s window only (`count` its n_tail)."""
-        if end is not None and end.inside and self.tail is not None and count == self.tail.n_tail:
+        if (end is not None and (end.inside or self.cut_windows_too) and self.tail is not None
+                and count == self.tail.n_tail):
             return self.tail.rows(audio_features[0], end.silence), self.tail.log_counts
         row = self.silence.row(end.silence) if end is not None else np.zeros(audio_features.shape[2], np.float32)
         return row[None], np.array([np.log(count)], np.float32)
