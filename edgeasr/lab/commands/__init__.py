@@ -5,6 +5,8 @@ until then the command line knows them by name only (edgeasr/commands/developer_
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 
 from edgeasr.lab.commands import models
 
@@ -23,3 +25,10 @@ def register(subparsers, models_actions) -> None:
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     models.register(models_actions)
+
+
+def publish(report: dict, text: str, out: Path | None) -> None:
+    """A bench's report: its table on stdout, the whole report as JSON in `out` when asked."""
+    print(text)
+    if out:
+        out.write_text(json.dumps(report, indent=2) + "\n")

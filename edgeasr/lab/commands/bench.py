@@ -158,10 +158,9 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(run_row(args)))
         return 0
     report = run(args)
-    text = markdown(report)
-    print(text)
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    from edgeasr.lab.commands import publish
+
+    publish(report, markdown(report), args.out)
     if args.plot:
         plot(report, args.plot)
     return 0

@@ -5,7 +5,6 @@ table per measure."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from edgeasr.asr.commands.vocabulary import MEANS
@@ -61,10 +60,9 @@ def markdown(report: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from edgeasr.lab.commands import publish
     from edgeasr.lab.evaluation.voice_commands import run
 
     report = run(args)
-    print(markdown(report))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    publish(report, markdown(report), args.out)
     return 0

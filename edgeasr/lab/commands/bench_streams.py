@@ -5,7 +5,6 @@ WER per condition and setting."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 
@@ -25,12 +24,11 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from edgeasr.lab.commands import publish
     from edgeasr.lab.evaluation.pipeline_streams import run
 
     report = run(args)
-    print(markdown(report))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    publish(report, markdown(report), args.out)
     return 0
 
 
