@@ -24,6 +24,7 @@ cleanup() {
     for m in run dev sys proc; do
         umount -lR "$root/$m" 2>/dev/null || true
     done
+    umount -l "$root" 2>/dev/null || true
 }
 trap cleanup EXIT
 cleanup
@@ -31,6 +32,9 @@ rm -rf "$root"
 mkdir -p "$work"
 echo "== debootstrap bookworm into $root"
 debootstrap bookworm "$root" "$mirror" > "$work/debootstrap.log"
+# the root a mount point of its own, as a machine's / is: dockerd (the add-on image's tests)
+# remounts / when it unpacks an image, which fails on a plain directory
+mount --bind "$root" "$root"
 for m in proc sys dev run; do mkdir -p "$root/$m"; done
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
