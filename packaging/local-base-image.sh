@@ -13,6 +13,9 @@ set -euo pipefail
 TAG=${1:-edgeasr/bookworm-base}
 SUITE=bookworm
 HOST_CA=/etc/ssl/certs/ca-certificates.crt
+# Debian's images (and Home Assistant's bases on them) set PATH; an imported root has none, and
+# Docker's classic builder then expands the Dockerfile's $PATH to nothing
+BASE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 die() { echo "local-base-image.sh: $*" >&2; exit 1; }
 
@@ -48,8 +51,9 @@ find "$ROOT/usr/share/doc" -mindepth 1 -type d -empty -delete
 rm -rf "$ROOT"/usr/share/groff/* "$ROOT"/usr/share/info/* "$ROOT"/usr/share/locale/* "$ROOT"/usr/share/man/*
 if [ -f "$HOST_CA" ]; then
     cp "$HOST_CA" "$ROOT/etc/host-ca.pem"
-    tar -C "$ROOT" -c . | docker import --change 'ENV PIP_CERT=/etc/host-ca.pem' - "$TAG" > /dev/null
+    tar -C "$ROOT" -c . | docker import --change "ENV PATH=$BASE_PATH" --change 'ENV PIP_CERT=/etc/host-ca.pem' \
+        - "$TAG" > /dev/null
 else
-    tar -C "$ROOT" -c . | docker import - "$TAG" > /dev/null
+    tar -C "$ROOT" -c . | docker import --change "ENV PATH=$BASE_PATH" - "$TAG" > /dev/null
 fi
 echo "$TAG"

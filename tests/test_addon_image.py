@@ -311,7 +311,9 @@ async def _assist(image: Built, data: Path, workdir: Path, bundle: Path, clips: 
                 direct = await asyncio.to_thread(fetch_names, core, session.token_file.read_text().strip())
                 uri = supervisor.recorded("discovery")[-1]["body"]["config"]["uri"]
                 host, port = uri.removeprefix("tcp://").rsplit(":", 1)
-                assert socket.gethostbyname(host).startswith("127.")  # the host network: this machine
+                # the host network: the container has this machine's hostname (where that name
+                # resolves is the machine's own setup: a fresh debootstrap root has no entry for it)
+                assert host == socket.gethostname()
                 in_process = await session.serve(edgeasr(Engine("edgeasr", "edgeasr", names=True), workdir, bundle,
                                                          session.url, session.token_file))
                 through_addon = await session.add_stt("edgeasr add-on", int(port))
