@@ -305,3 +305,13 @@ def test_hailort_files_that_cannot_be_installed_stop_the_start_naming_the_file(t
     (tmp_path / "hailort_4.21.0_arm64.deb").write_bytes(b"not a Debian package")
     with pytest.raises(ToolMissingError, match=r"unpacking .*hailort_4\.21\.0_arm64\.deb failed \(.+\)$"):
         addon.install_hailort(tmp_path)
+
+
+def test_a_hailort_binding_that_does_not_load_stops_the_start_in_one_line():
+    """The check install_hailort runs after the wheel: the import in a child interpreter, its
+    last line of error named."""
+    import sys
+
+    with pytest.raises(ToolMissingError, match=r"importing hailo_platform failed \(ModuleNotFoundError: No module "
+                                               r"named 'hailo_platform_not_here'\)$"):
+        addon._run_step([sys.executable, "-c", "import hailo_platform_not_here"], "importing hailo_platform")

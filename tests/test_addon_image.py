@@ -14,11 +14,13 @@ and exit 78. The Docker daemon is started here when none runs, and stopped after
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,9 +138,16 @@ class Container:
                 assert time.monotonic() - started < limit_s, f"no describe within {limit_s} s:\n{self.logs()}"
                 time.sleep(0.25)
 
-    def exec(self, *argv: str) -> str:
-        done = run(["docker", "exec", self.name, *argv])
-        return done.stdout + done.stderr
+    def read(self, path: str) -> str:
+        """A file of the running container, through the daemon (`docker cp`: `docker exec` in a
+        dockerd run in a chroot, as the fresh-machine check's, enters the host's root)."""
+        done = subprocess.run(["docker", "cp", f"{self.name}:{path}", "-"], capture_output=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr.decode()
+        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            assert member is not None, f"{path} is no file"
+            return member.read().decode()
 
     def logs(self) -> str:
         done = run(["docker", "logs", self.name])
@@ -213,7 +222,7 @@ class FirstStart:
     stop_s: float
     exit_code: int
     logs: str
-    hailort: str  # what the running container says of the HailoRT files it installed
+    hailort: str  # the library the running container unpacked from HailoRT's .deb
 
 
 @pytest.fixture(scope="module")
@@ -231,9 +240,7 @@ def first_start(image, data, tmp_path_factory) -> FirstStart:
         try:
             seconds = container.start(FIRST_START_LIMIT_S)
             container.wait_for_log("announced tcp://", 30)
-            hailort = container.exec("python", "-c", "import hailo_platform, importlib.metadata as m, pathlib; "
-                                     "print(m.version('hailort'), hailo_platform.__file__, "
-                                     f"pathlib.Path('/usr/lib/libhailort.so.{HAILORT}').is_file())")
+            hailort = container.read(f"/usr/lib/libhailort.so.{HAILORT}")
         finally:
             stop_s, code, logs = container.stop()
         return FirstStart(seconds, supervisor.recorded("discovery"), stop_s, code, logs, hailort)
@@ -255,10 +262,10 @@ def test_the_first_start_builds_the_model_into_data_and_announces_itself(first_s
 def test_hailort_from_share_is_installed_and_the_encoder_stays_on_the_cpu(first_start):
     """The .deb unpacked and the wheel installed at the start; with no device and no HEF, auto
     is the CPU encoder, as the Debian package's."""
-    assert f"HailoRT from /share/edgeasr/hailort: hailort_{HAILORT}_all.deb, hailort-{HAILORT}-py3-none-any.whl" \
+    assert (f"HailoRT from /share/edgeasr/hailort: hailort_{HAILORT}_all.deb, hailort-{HAILORT}-py3-none-any.whl; "
+            f"hailo_platform {HAILORT} from /opt/edgeasr/lib/python3.11/site-packages/hailo_platform/__init__.py") \
         in first_start.logs
-    assert first_start.hailort.split() == [HAILORT, "/opt/edgeasr/lib/python3.11/site-packages/hailo_platform/"
-                                           "__init__.py", "True"], first_start.hailort
+    assert first_start.hailort == "a stand-in for the library\n"
     assert "encoder backend: onnx (requested auto)" in first_start.logs
 
 

@@ -160,10 +160,16 @@ def install_hailort(folder: Path) -> None:
         _run_step(["dpkg-deb", "--extract", str(deb), "/"], f"unpacking {deb}")
     if debs:
         _run_step(["ldconfig"], "ldconfig")
+    binding = ""
     if wheels:
         _run_step([*_pip(), "install", "--quiet", "--no-index", "--no-deps", "--disable-pip-version-check",
                    *map(str, wheels)], f"installing {', '.join(map(str, wheels))}")
-    log.info("HailoRT from %s: %s", folder, ", ".join(p.name for p in debs + wheels))
+        # in a child, as the daemon will import it: a wheel for another Python or a library of
+        # another release stops the start here, in one line, not at the first window
+        binding = "; " + _run_step([sys.executable, "-c", "import hailo_platform, importlib.metadata as m; "
+                                    "print('hailo_platform', m.version('hailort'), 'from', hailo_platform.__file__)"],
+                                   "importing hailo_platform")
+    log.info("HailoRT from %s: %s%s", folder, ", ".join(p.name for p in debs + wheels), binding)
 
 
 def _pip() -> list[str]:
@@ -176,10 +182,12 @@ def _pip() -> list[str]:
     return [sys.executable, f"{wheel}/pip"] if wheel is not None else [sys.executable, "-m", "pip"]
 
 
-def _run_step(argv: list[str], what: str) -> None:
+def _run_step(argv: list[str], what: str) -> str:
+    """Run one step of the install; its output's last line, or a one-line error naming it."""
     import subprocess
 
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ToolMissingError(f"HailoRT from {HAILORT_DIR}: {what} failed ({last[0][:200]})")
+    return (done.stdout.strip().splitlines()[-1:] or [""])[0]
