@@ -1,4 +1,4 @@
-"""Run this first: the daemon end to end, in about a minute.
+"""Run this first: the daemon end to end, in seconds (6 s here, the model's import included).
 
     .venv/bin/python -m pytest tests/test_smoke.py
 
