@@ -25,8 +25,9 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient
 
 from edgeasr.asr import logits as rules
-from edgeasr.asr.decoding import WindowEnd, prime, score_texts
+from edgeasr.asr.decoding import prime, score_texts
 from edgeasr.asr.features import log_mel, silence_level
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.home.names import load_home
 from edgeasr.home.sentences import sentences_for
 from edgeasr.models.voices import Voice

@@ -33,10 +33,11 @@ import numpy as np
 import pytest
 from helpers.ct2_reference import CLIPS, mel_of, prompt_of
 
-from edgeasr.asr.decoding import DecoderSession, WindowEnd
+from edgeasr.asr.decoding import DecoderSession
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import SILENCE, silence_level
 from edgeasr.asr.logits import SuppressBlank, SuppressTokens
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.bundle import load_bundle
 from edgeasr.errors import ModelError, UsageError
 
@@ -298,7 +299,7 @@ def test_padding_with_the_tail_maps_rows_matches_ctranslate2(tiny_bundle, tiny_c
 
 
 def test_a_silence_table_of_the_wrong_shape_is_refused(tiny_bundle, tmp_path):
-    from edgeasr.asr.decoding import SilenceRows
+    from edgeasr.asr.tail import SilenceRows
 
     copy = tmp_path / "bundle"
     shutil.copytree(tiny_bundle, copy, ignore=shutil.ignore_patterns("*.onnx"))

@@ -134,7 +134,7 @@ def test_padding_is_the_log_mel_of_silence_not_zero() -> None:
     assert len(pad) > 1000
     assert np.allclose(pad, floor, atol=1e-6)
     assert pad.max() < -0.5  # -0.54 on this clip, as openai/HF give (notes/whisper-weights.md)
-    # the level the decoder's padding stands for (decoding.SilenceRows) is that value
+    # the level the decoder's padding stands for (tail.SilenceRows) is that value
     assert silence_level(mel[None, None]) == pytest.approx(floor, abs=1e-6)
     assert silence_level(log_mel(np.zeros(1600, np.float32), spec)) == SILENCE == -1.5
 

@@ -126,7 +126,8 @@ def test_a_withheld_reading_leaves_the_transcription_empty():
     import numpy as np
 
     from edgeasr.asr.commands.reader import WITHHELD, CommandReader, EncodedWindow
-    from edgeasr.asr.decoding import DecodingOptions, WindowEnd
+    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.asr.tail import WindowEnd
     from edgeasr.stages import TextSegment, Transcription
 
     vocabulary = load_home(DATA / "home-fr.yaml")

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from helpers.engines import make_engine
 
-from edgeasr.asr.decoding import DecoderSession, WindowEnd, logsumexp
+from edgeasr.asr.decoding import DecoderSession, logsumexp
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel, silence_level
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle, shortlist_text_ids
 from edgeasr.errors import ModelError

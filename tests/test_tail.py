@@ -1,4 +1,4 @@
-"""The tail past the window (asr/tail.py, decoding.PaddingRows, models/tail_fit.py): a window
+"""The tail past the window (asr/tail.py, tail.PaddingRows, models/tail_fit.py): a window
 whose audio ends inside it is padded with the tail map's rows, predicted from its encoding,
 which are nearer the 30 s encoder's output past the window than the silence row on speech the
 map never heard; a window cut in running speech and an older bundle keep the silence row."""
@@ -12,10 +12,10 @@ import os
 import numpy as np
 import pytest
 
-from edgeasr.asr.decoding import DecoderSession, WindowEnd
+from edgeasr.asr.decoding import DecoderSession
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel, silence_level
-from edgeasr.asr.tail import TailMap
+from edgeasr.asr.tail import TailMap, WindowEnd
 from edgeasr.asr.windows import WindowWalker
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import TAIL_MAP_ROLE, Bundle, load_bundle

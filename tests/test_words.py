@@ -28,10 +28,11 @@ import numpy as np
 import pytest
 
 from edgeasr.asr import alignment
-from edgeasr.asr.decoding import DecoderSession, WindowEnd, preset_options
+from edgeasr.asr.decoding import DecoderSession, preset_options
 from edgeasr.asr.encoder import OnnxEncoder
 from edgeasr.asr.features import MelSpec, log_mel, silence_level
 from edgeasr.asr.greedy import decode_window
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.asr.words import WordAligner, text_of
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle

@@ -103,7 +103,8 @@ def test_a_command_read_as_decoded_writes_its_numbers_apart_from_their_units(hel
     """Whisper writes "a 10-minute timer"; Home Assistant 2025.4's matcher takes no command so
     written (newer ones do), and both take "a 10 minute timer": the reading writes it so."""
     from edgeasr.asr.commands.reader import CommandReader, EncodedWindow, Heard
-    from edgeasr.asr.decoding import DecodingOptions, WindowEnd
+    from edgeasr.asr.decoding import DecodingOptions
+    from edgeasr.asr.tail import WindowEnd
     from edgeasr.stages import TextSegment, Transcription
 
     sentences, _ = held_out

@@ -35,7 +35,6 @@ from edgeasr.asr.decoding import (
     STEP_SPIN_US,
     DecoderSession,
     DecodingOptions,
-    WindowEnd,
     WindowResult,
     feed_prompt,
     logsumexp,
@@ -43,6 +42,7 @@ from edgeasr.asr.decoding import (
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.greedy import decode_window, token_cap
 from edgeasr.asr.logits import LogitRules
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.bundle import BATCH_STEP_ROLE, Bundle
 from edgeasr.config import DecoderConfig
 from edgeasr.errors import Cancelled

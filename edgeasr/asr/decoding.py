@@ -25,8 +25,8 @@ import numpy as np
 
 from edgeasr.asr.encoder import ort_session
 from edgeasr.asr.shortlist import ShortlistProjection, ShortRow
-from edgeasr.asr.tail import CUT_WINDOWS_MAX_S, TailMap
-from edgeasr.bundle import SCORE_ROLE, SHORTLIST_STEP_ROLE, SILENCE_ROLE, TAIL_MAP_ROLE, TOKEN_TABLE_ROLE, Bundle
+from edgeasr.asr.tail import PaddingRows, WindowEnd
+from edgeasr.bundle import SCORE_ROLE, SHORTLIST_STEP_ROLE, TOKEN_TABLE_ROLE, Bundle
 from edgeasr.config import DecoderConfig, ModelConfig
 from edgeasr.errors import ConfigError, ModelError
 
@@ -151,66 +151,6 @@ class TableRows:
         for i, row in enumerate(ids):
             if os.preadv(self._fd, [out[i]], self._offset + row * self._row_bytes) != self._row_bytes:
                 raise ModelError(f"{self._path}: no row {row}")
-
-
-class SilenceRows:
-    """Per silence level, the mean encoder output past the window of a 30 s input that
-    holds only that level (computed at import by the 30 s encoder). Silence looks different
-    in loud and quiet recordings, because Whisper clamps the log-mel 8 decades below each
-    window's maximum; the row for the nearest level is used."""
-
-    def __init__(self, bundle: Bundle) -> None:
-        path = bundle.path(SILENCE_ROLE)
-        self.levels = np.asarray(bundle.silence_levels, np.float32)
-        self.rows = np.load(path)
-        if self.rows.shape != (len(self.levels), bundle.d_model) or self.rows.dtype != np.float32:
-            raise ModelError(f"{path}: not float32 [{len(self.levels)} silence levels, {bundle.d_model}]")
-
-    def row(self, level: float) -> np.ndarray:
-        return self.rows[int(np.argmin(np.abs(self.levels - level)))]
-
-
-@dataclass(frozen=True)
-class WindowEnd:
-    """How a window's audio ends: what the rows past the window's positions stand for."""
-
-    silence: float  # the window's log-mel value of silence (features.silence_level)
-    inside: bool = False  # its audio ends inside it (False: the speech was cut at its end, or not known)
-
-
-class PaddingRows:
-    """The rows that stand for the positions past a window, up to the 1500 the decoder was
-    trained on, and their score biases log(count): for a window whose audio ends inside it,
-    the bundle's tail map (asr/tail.py: K rows predicted from the window's own encoding); for
-    one cut in running speech, or a bundle without a tail map, one row, the encoder's output
-    for silence at the window's level (`SilenceRows`).
-
-    Measured against the silence row (docs/benchmarks.md): the tail map's rows are much nearer
-    the 30 s encoder's (median relative error about 0.1 against 0.6), and the decoder alone
-    stops inventing endings (base, greedy: WER 10.2 -> 5.5 %). On 10 s windows cut in running
-    speech it cost base 1.7 points of WER over 10 s, so those keep the silence row; on shorter
-    windows (tail.CUT_WINDOWS_MAX_S: the Hailo-8's 5 s) the map pads them too."""
-
-    def __init__(self, bundle: Bundle) -> None:
-        self.silence = SilenceRows(bundle)
-        self.tail: TailMap | None = None
-        self.cut_windows_too = bundle.audio.window_s <= CUT_WINDOWS_MAX_S
-        if bundle.has(TAIL_MAP_ROLE):
-            path = bundle.path(TAIL_MAP_ROLE)
-            self.tail = TailMap.load(path)
-            if self.tail.n_positions != bundle.audio.n_positions or self.tail.coef.shape[2] != bundle.d_model:
-                raise ModelError(f"{path}: a tail map for {self.tail.n_positions} positions of "
-                                 f"{self.tail.coef.shape[2]}, the bundle's window has {bundle.audio.n_positions} "
-                                 f"of {bundle.d_model} (re-create it with `edgeasr models import`)")
-
-    def rows(self, audio_features: np.ndarray, count: int, end: WindowEnd | None) -> tuple[np.ndarray, np.ndarray]:
-        """Rows [n, d] for the `count` positions past the window, and their score biases [n].
-        The tail map stands for the whole 30 s window only (`count` its n_tail)."""
-        if (end is not None and (end.inside or self.cut_windows_too) and self.tail is not None
-                and count == self.tail.n_tail):
-            return self.tail.rows(audio_features[0], end.silence), self.tail.log_counts
-        row = self.silence.row(end.silence) if end is not None else np.zeros(audio_features.shape[2], np.float32)
-        return row[None], np.array([np.log(count)], np.float32)
 
 
 class DecoderSession:

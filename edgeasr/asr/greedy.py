@@ -13,7 +13,6 @@ import numpy as np
 from edgeasr.asr.decoding import (
     DecoderSession,
     DecodingOptions,
-    WindowEnd,
     WindowResult,
     feed_prompt,
     logprob_of_max,
@@ -21,6 +20,7 @@ from edgeasr.asr.decoding import (
 )
 from edgeasr.asr.greedy_shortlist import decode_shortlisted
 from edgeasr.asr.logits import LogitRules
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.errors import Cancelled
 
 

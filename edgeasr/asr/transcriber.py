@@ -22,10 +22,10 @@ import numpy as np
 
 from edgeasr.asr.commands.reader import CommandReader, EncodedWindow, SentenceSource
 from edgeasr.asr.commands.vocabulary import VOCABULARY_CACHE, keyterms
-from edgeasr.asr.decoding import WindowEnd
 from edgeasr.asr.encoder import Encoder
 from edgeasr.asr.engine import EngineOptions, EngineSessions, engine_options, live_options, load_sessions
 from edgeasr.asr.features import MelSpec, MelStream, log_mel, silence_level
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.asr.text.cleanup import tidy
 from edgeasr.asr.window_decoder import Before, WindowDecoder, WindowText
 from edgeasr.asr.windows import SpeechJudging, Window, WindowWalker

@@ -21,11 +21,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgeasr.asr.commands.vocabulary import KEYTERM_BOOST
-from edgeasr.asr.decoding import DecodingOptions, WindowEnd, WindowResult, feed_prompt
+from edgeasr.asr.decoding import DecodingOptions, WindowResult, feed_prompt
 from edgeasr.asr.engine import EngineOptions, EngineSessions
 from edgeasr.asr.gates import Gate, NoSpeech, Repetitive, WindowStats, check, compression_ratio
 from edgeasr.asr.greedy import decode_window
 from edgeasr.asr.logits import LogitRules
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.asr.text.kept_pieces import KeptPieces
 from edgeasr.asr.text.pieces import Piece
 from edgeasr.asr.text.seams import SeamRepeats

@@ -42,7 +42,7 @@ class Window:
     more: bool  # audio follows it (a looped phrase can be decoded again in the next one)
     speech: SpeechMap | None  # the VAD's verdict on its frames (None without a VAD)
     # its audio ends before the model's window does (the encoder's input is padded past it):
-    # not cut in running speech, so the decoder reads the tail past it (decoding.PaddingRows).
+    # not cut in running speech, so the decoder reads the tail past it (tail.PaddingRows).
     # Whether more audio follows is not asked: the same audio is decoded the same way.
     ends_inside: bool
 

@@ -148,7 +148,7 @@ def mlp_matmuls(names: Sequence[str] = ("fc1", "fc2")) -> Callable[[Any], list[s
 def silence_rows(session, ckpt: Checkpoint, n_positions: int, out: Path) -> list[float]:
     """Per silence level, the 30 s encoder's (`session`'s) mean output past the window for an
     input that holds only that level: what the decoder saw there in training
-    (`decoding.SilenceRows`)."""
+    (`tail.SilenceRows`)."""
     d = ckpt.dims
     levels = [round(SILENCE + i * SILENCE_STEP, 3) for i in range(SILENCE_COUNT)]
     rows = []

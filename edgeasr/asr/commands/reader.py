@@ -59,8 +59,9 @@ from edgeasr.asr.commands.vocabulary import (
     prompt_items,
     unsure,
 )
-from edgeasr.asr.decoding import DecoderSession, DecodingOptions, WindowEnd, prime
+from edgeasr.asr.decoding import DecoderSession, DecodingOptions, prime
 from edgeasr.asr.gates import compression_ratio
+from edgeasr.asr.tail import WindowEnd
 from edgeasr.asr.tokenizer import Tokenizer
 from edgeasr.stages import Intent, Sentences, TextSegment, Transcription, Vocabulary, WordGraph
 
