@@ -15,7 +15,8 @@ from edgeasr.asr.features import MelSpec, log_mel, silence_level
 from edgeasr.asr.tail import WindowEnd
 from edgeasr.audio.files import load_audio
 from edgeasr.bundle import load_bundle, shortlist_text_ids
-from edgeasr.errors import ModelError
+from edgeasr.config import load_config
+from edgeasr.errors import ConfigError, ModelError
 
 CLIPS = ["jfk_inaugural-1961", "ls_test-other_1688-142285-0002", "cmu_goforward", "picovoice_test-en"]
 SET_UTTERANCES = 16  # of the dev set, besides CLIPS
@@ -104,6 +105,13 @@ def test_a_window_with_a_bias_is_decoded_on_the_whole_vocabulary(tiny_bundle, de
 def test_a_bundle_without_the_extra_says_how_to_import_it(tiny_default_bundle):
     with pytest.raises(ModelError, match="--with shortlist"):
         DecoderSession(load_bundle(tiny_default_bundle), projection="shortlist")
+
+
+def test_a_projection_that_cannot_run_is_refused_naming_its_key(tiny_bundle):
+    with pytest.raises(ConfigError, match=r"^decoder\.projection: 'half' is not allowed \(full, shortlist\)$"):
+        load_config(None, {"decoder.projection": "half"})
+    with pytest.raises(ConfigError, match=r"^decoder\.projection: shortlist needs decoder\.precision int8$"):
+        DecoderSession(load_bundle(tiny_bundle), precision="fp32", projection="shortlist")
 
 
 def test_a_token_reads_less_than_half_the_bytes(tiny_bundle):
