@@ -37,8 +37,10 @@ VERIFIED = ".verified.json"
 # decoder_score projects the positions from its input `first` on (a prompt and a text in one run),
 # and (optional within the format: either reads the other's) encoder_int8 may take any number of
 # frames, so that a window whose audio ends early is encoded over fewer; optional within the
-# format, the shortlist extra (its roles below and the manifest's `shortlist` section)
-FORMAT = "edgeasr-bundle/10"
+# format, the shortlist extra (its roles below and the manifest's `shortlist` section); 11:
+# tokenizer.json with every merge of its vocabulary (models/tokenizer_merges.py: base's, as its
+# package ships it, had lost one, and spelled every word beginning " t" in pieces)
+FORMAT = "edgeasr-bundle/11"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from edgeasr import __version__
 from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, TAIL_MAP_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
+from edgeasr.models import tokenizer_merges
 from edgeasr.models.checkpoint import Checkpoint, Dims, load_checkpoint
 from edgeasr.models.known_decoding import apply_known, known_decoding
 
@@ -323,7 +323,10 @@ class BundleFiles:
                                       "tail": tail, "weight_scale": weight_scale, "basis": kind}
 
     def tokenizer(self) -> None:
-        shutil.copyfile(self.ckpt.tokenizer_json, self.out / "tokenizer.json")
+        """The checkpoint's tokenizer.json, its lost merges put back (models/tokenizer_merges.py)."""
+        restored = tokenizer_merges.write_whole(self.ckpt.tokenizer_json, self.out / "tokenizer.json")
+        if restored:
+            log.info("%s: %d merge(s) its list had lost put back", self.ckpt.tokenizer_json, restored)
         self.roles["tokenizer"] = "tokenizer.json"
 
     def entries(self) -> dict[str, dict]:

@@ -34,9 +34,12 @@ def ct2_files(bundle) -> dict[str, bytes] | None:
     if source.get("kind") != "ctranslate2" or not parts or not all(p.is_file() for p in parts):
         return None
     files = {"model.bin": b"".join(p.read_bytes() for p in parts)}
-    for name in ("config.json", "tokenizer.json", "vocabulary.txt", "vocabulary.json"):
+    for name in ("config.json", "vocabulary.txt", "vocabulary.json"):
         if (parts[0].parent / name).is_file():
             files[name] = (parts[0].parent / name).read_bytes()
+    # the bundle's tokenizer, its lost merges put back (models/tokenizer_merges.py): a prompt
+    # is then written alike for both
+    files["tokenizer.json"] = bundle.path("tokenizer").read_bytes()
     return files
 
 
