@@ -18,6 +18,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -181,6 +182,16 @@ def build(cfg: Config, bundle: Bundle) -> Daemon:
                   notifier=notifier, progress=progress, model=bundle.name, backend=backend, vocabulary=vocabulary)
 
 
+def prepare_reading(engine: Transcriber, vocabulary: Vocabulary, language: str) -> None:
+    """Transcriber.prepare, timed; where it cannot be done, the first command does it and says why."""
+    t0 = time.monotonic()
+    try:
+        if engine.prepare(vocabulary, language):
+            log.info("the home's sentences (%s) ready for commands in %.1f s", language, time.monotonic() - t0)
+    except EdgeAsrError as exc:
+        log.warning("the home's sentences were not built ahead (the first command builds them): %s", exc)
+
+
 def metrics(engine: Transcriber, worker: Worker, pipeline: Pipeline | None, server: WyomingServer | None) -> dict:
     """The /metrics message's counters: every front end's, the worker's and the device's."""
     from edgeasr.asr.supervision import encoder_health
@@ -257,6 +268,8 @@ class Daemon:
     _failure: EdgeAsrError | None = None  # why the daemon stops on its own
     _activity: str = "listening"  # what the front end says it does
     _sent_status: str = ""
+    _prepared: Vocabulary | None = None  # the vocabulary the command reading was last prepared for
+    _preparing: threading.Thread | None = None
 
     def run(self) -> int:
         from edgeasr.notify import Watchdog
@@ -274,6 +287,7 @@ class Daemon:
             pipeline.status = self._set_activity
             runner = threading.Thread(target=pipeline.run, name="edgeasr-capture")
             runner.start()
+        self._prepare_reading()
         log.info("edgeasr %s: model %s on %s, input %s%s", __version__, self.model, self.backend,
                  self.cfg.input.source, f", Wyoming on {self.cfg.wyoming.uri}" if self.server else "")
         if pipeline is not None and runner is not None:  # READY once audio arrives (or the input ended)
@@ -292,6 +306,7 @@ class Daemon:
                 self.reload()
             self._watch_device()
             self._refresh_status()
+            self._prepare_reading()
         deadline = self.cfg.pipeline.stop_deadline_s
         if self.server is not None:
             self.server.stop()
@@ -313,6 +328,20 @@ class Daemon:
         if self._failure is not None:
             raise self._failure
         return 0
+
+    def _prepare_reading(self) -> None:
+        """Whenever the vocabulary changed (the start, SIGHUP, Home Assistant's names), build the
+        command reading's graph for it on a thread of its own, so that the next command does not
+        wait for it (Transcriber.prepare); one at a time."""
+        vocabulary = self.vocabulary.current()
+        if vocabulary == self._prepared or (self._preparing is not None and self._preparing.is_alive()):
+            return
+        self._prepared = vocabulary
+        language = self.cfg.model.language or vocabulary.language or (None if self.engine.bundle.multilingual else "en")
+        if vocabulary.names and language is not None:
+            self._preparing = threading.Thread(target=prepare_reading, args=(self.engine, vocabulary, language),
+                                               name="edgeasr-prepare", daemon=True)
+            self._preparing.start()
 
     def _watch_device(self) -> None:
         """Report the encoder device's changes (STATUS, /error); a device failed for good

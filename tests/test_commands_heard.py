@@ -385,3 +385,16 @@ def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
     assert "nanoleaf shapes" in normalize(tok.decode(found[0][0]))
     caches = (tight._closures, tight._labelled, tight._allowed, tight._next)
     assert all(0 < len(c) <= 8 for c in caches) and len(roomy._next) > 8
+
+
+def test_prepare_builds_the_homes_graph_and_search_before_the_first_command(tiny):
+    """Transcriber.prepare (the daemon calls it whenever the vocabulary changes): the home's
+    graph and the first step of its search exist before any command is read; a language the
+    templates do not have prepares nothing."""
+    vocabulary = load_home(HELD_OUT)
+    assert tiny.prepare(vocabulary, "en")
+    graph = sentences_for(vocabulary, "en")._graph  # built, and kept for the reading
+    assert graph is not None
+    search = tiny.sessions.command_hearing._searches[id(graph)][1]
+    assert len(search._allowed) >= 1  # the sentences' first words, spelled
+    assert not tiny.prepare(vocabulary, "xx")

@@ -14,14 +14,20 @@ from edgeasr.home.source import VocabularySource
 
 
 class Engine:
-    """What a reload asks of the engine: its options and bundle, and a variant with other options."""
+    """What a reload asks of the engine: its options and bundle, a variant with other options,
+    and the command reading prepared for a vocabulary (recorded, for every variant alike)."""
 
-    def __init__(self, options: EngineOptions) -> None:
+    def __init__(self, options: EngineOptions, prepared: list | None = None) -> None:
         self.options = options
-        self.bundle = types.SimpleNamespace(decoding={})  # an uncalibrated bundle
+        self.bundle = types.SimpleNamespace(decoding={}, multilingual=False)  # an uncalibrated English bundle
+        self.prepared = prepared if prepared is not None else []
 
     def variant(self, options: EngineOptions) -> Engine:
-        return Engine(options)
+        return Engine(options, self.prepared)
+
+    def prepare(self, vocabulary, language: str) -> bool:
+        self.prepared.append((tuple(n.name for n in vocabulary.names), language))
+        return True
 
 
 def daemon_for(path: Path, capture: bool = True) -> Daemon:
@@ -105,3 +111,21 @@ def test_reload_reads_the_home_file_again(tmp_path, caplog):
     lines = reload(daemon, caplog)
     assert [n.name for n in daemon.vocabulary.current().names] == ["Kitchen", "Attic"]
     assert any("keeping the running vocabulary" in line and str(home) in line for line in lines), lines
+
+
+def test_the_command_reading_is_prepared_once_for_each_new_vocabulary(tmp_path):
+    """Whenever the vocabulary changes (the start, SIGHUP, Home Assistant's names), the engine
+    builds the reading's graph for it on a thread of its own (Transcriber.prepare), once."""
+    home = tmp_path / "home.yaml"
+    home.write_text("areas: [Kitchen]\n")
+    config = tmp_path / "edgeasr.yaml"
+    config.write_text(f"vocabulary:\n  home: {home}\n")
+    daemon = daemon_for(config)
+    for _ in range(2):  # the same vocabulary twice: prepared once
+        daemon._prepare_reading()
+        daemon._preparing.join(10)
+    home.write_text("areas: [Kitchen, Attic]\n")
+    daemon.vocabulary.reload(daemon.cfg.vocabulary)
+    daemon._prepare_reading()
+    daemon._preparing.join(10)
+    assert daemon.engine.prepared == [(("Kitchen",), "en"), (("Kitchen", "Attic"), "en")]

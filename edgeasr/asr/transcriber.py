@@ -123,6 +123,11 @@ class Transcriber:
     def feature_stream(self) -> MelStream:
         return MelStream(self.spec)
 
+    def prepare(self, vocabulary: Vocabulary, language: str) -> bool:
+        """Build ahead what reading commands with `vocabulary` in `language` needs
+        (CommandReader.prepare); False where nothing is read, or nothing in that language."""
+        return self.commands is not None and self.commands.prepare(vocabulary, language)
+
     def transcribe(self, audio: np.ndarray, *, final: bool = True, language: str | None = None,
                    should_stop: Callable[[], bool] | None = None,
                    features: np.ndarray | None = None, prompt: Sequence[int] = (),

@@ -21,6 +21,7 @@ import functools
 import itertools
 import logging
 import random
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,7 @@ class HomeSentences:
         self._slot_lists = _slot_lists(hassil, vocabulary.names, _template_domains(self._intents))
         self._said = {list_name: _said_in(slot_list) for list_name, slot_list in self._slot_lists.items()}
         self._graph: WordGraph | None = None
+        self._graph_lock = threading.Lock()  # built once, by the first of the reading and Transcriber.prepare
         # plain names (a Wyoming request's transcript_names carry no role) stand for areas too:
         # without any area, sentences without a name ("pause", "volume up"), which Home Assistant
         # hears in the satellite's area, would match nothing
@@ -106,11 +108,12 @@ class HomeSentences:
         own lists (colors, states, ...) put in for their slots, NUMBER for a number's; slots of
         free text (a message, a shopping-list item) and the FST's word-skipping arcs left out:
         free decoding hears those."""
-        if self._graph is None:
-            said = self._slot_values()
-            self._graph = _joined([self._block_graph(domains, intents, said)
-                                   for domains, intents in _by_domains(self._hassil, self._intents).items()])
-        return self._graph
+        with self._graph_lock:
+            if self._graph is None:
+                said = self._slot_values()
+                self._graph = _joined([self._block_graph(domains, intents, said)
+                                       for domains, intents in _by_domains(self._hassil, self._intents).items()])
+            return self._graph
 
     def _block_graph(self, domains: frozenset[str], intents: Any, said: dict[str, tuple[str, ...]]) -> WordGraph:
         """The graph of the templates that ask for an entity of `domains` (none: any), their

@@ -145,6 +145,10 @@ class GrammarSearch:
         self._labelled: dict[tuple[frozenset[int], bool], _Out] = {}
         self._said: dict[int, str] = {}
 
+    def prepare(self) -> None:
+        """The sentences' first words spelled (every search begins there), before a search asks."""
+        self._allowed_after(_Where(self._close(frozenset([self.graph.start]))))
+
     def search(self, session: DecoderSession, primed: Primed, beam: int = BEAM, max_tokens: int = MAX_TOKENS,
                batch: BatchDecoderSession | None = None, floor: float = -np.inf,
                first_words: int = FIRST_WORDS, budget: ReadingBudget | None = None) -> list[tuple[list[int], float]]:
@@ -291,91 +295,94 @@ class GrammarSearch:
         return re.sub(r"[,?!]|\.(?!\d)", "", said).strip()
 
     # -- the graph, token by token ------------------------------------------------------------
-    def _room(self, cache: dict) -> None:
-        """Make room in one of the caches below: full, it starts again (bounded memory)."""
-        if len(cache) >= self.max_places:
-            cache.clear()
+    def _kept(self, cache: dict, key: Any, make: Callable[..., Any], *args: Any) -> Any:
+        """cache[key], make(*args) when missing; a full cache starts again (bounded memory), but
+        the spellings' (one per word of the graph). What is made is returned as made, not read
+        back: `prepare` may fill the caches from another thread."""
+        value = cache.get(key)
+        if value is None:
+            value = make(*args)
+            if len(cache) >= self.max_places and cache is not self._spellings:
+                cache.clear()
+            cache[key] = value
+        return value
 
     def _close(self, states: frozenset[int]) -> frozenset[int]:
         """The states reachable over arcs that say nothing."""
-        if states not in self._closures:
-            self._room(self._closures)
-            seen, todo = set(states), list(states)
-            while todo:
-                for label, to in self.graph.arcs.get(todo.pop(), ()):
-                    if label is None and to not in seen:
-                        seen.add(to)
-                        todo.append(to)
-            self._closures[states] = frozenset(seen)
-        return self._closures[states]
+        return self._kept(self._closures, states, self._closure, states)
+
+    def _closure(self, states: frozenset[int]) -> frozenset[int]:
+        seen, todo = set(states), list(states)
+        while todo:
+            for label, to in self.graph.arcs.get(todo.pop(), ()):
+                if label is None and to not in seen:
+                    seen.add(to)
+                    todo.append(to)
+        return frozenset(seen)
 
     def _spelled(self, label: str, glued: bool = False) -> tuple[tuple[tuple[int, ...], str], ...]:
         """The ways the decoder writes a word: its tokens, and the mark its last token carries
         where the tokenizer merges a mark into it ("to 50%." is " 50", "%."; "", most words).
         `glued`: after an elided word, also without its space."""
-        key = ("" if not glued else "\0") + label
-        if key not in self._spellings:
-            ways: set[tuple[tuple[int, ...], str]] = set()
-            forms = {label, label.lower(), label[:1].upper() + label[1:]}
-            spaces = ("", " ") if glued or label.startswith(BARE) else (" ",)
-            for text in {p + f for f in forms for p in spaces}:
-                seq = tuple(self.encode(text))
-                ways.add((seq, ""))
-                for mark in MARKS:
-                    merged = tuple(self.encode(text + mark))
-                    if len(merged) == len(seq) and merged[:-1] == seq[:-1] and merged != seq:
-                        ways.add((merged, mark))
-            self._spellings[key] = tuple(ways)
-        return self._spellings[key]
+        return self._kept(self._spellings, ("" if not glued else "\0") + label, self._spellings_of, label, glued)
+
+    def _spellings_of(self, label: str, glued: bool) -> tuple[tuple[tuple[int, ...], str], ...]:
+        ways: set[tuple[tuple[int, ...], str]] = set()
+        forms = {label, label.lower(), label[:1].upper() + label[1:]}
+        spaces = ("", " ") if glued or label.startswith(BARE) else (" ",)
+        for text in {p + f for f in forms for p in spaces}:
+            seq = tuple(self.encode(text))
+            ways.add((seq, ""))
+            for mark in MARKS:
+                merged = tuple(self.encode(text + mark))
+                if len(merged) == len(seq) and merged[:-1] == seq[:-1] and merged != seq:
+                    ways.add((merged, mark))
+        return tuple(ways)
 
     def _out(self, states: frozenset[int], glued: bool = False) -> _Out:
         """The arcs out of `states` that say something, by the first token of their spellings
         (`glued`: after an elided word)."""
-        if (states, glued) not in self._labelled:
-            self._room(self._labelled)
-            spelled: dict[int, list[tuple[tuple[int, ...], int, str, bool]]] = {}
-            numbers: list[int] = []
-            for label, to in dict.fromkeys((label, to) for s in states for label, to in self.graph.arcs.get(s, ())
-                                           if label is not None):
-                if label == WordGraph.NUMBER:
-                    numbers.append(to)
-                else:
-                    for seq, mark in self._spelled(label, glued):
-                        if seq:
-                            spelled.setdefault(seq[0], []).append((seq, to, mark, label.endswith(ELIDED)))
-            self._labelled[states, glued] = _Out({t: tuple(out) for t, out in spelled.items()}, tuple(numbers))
-        return self._labelled[states, glued]
+        return self._kept(self._labelled, (states, glued), self._out_of, states, glued)
+
+    def _out_of(self, states: frozenset[int], glued: bool) -> _Out:
+        spelled: dict[int, list[tuple[tuple[int, ...], int, str, bool]]] = {}
+        numbers: list[int] = []
+        for label, to in dict.fromkeys((label, to) for s in states for label, to in self.graph.arcs.get(s, ())
+                                       if label is not None):
+            if label == WordGraph.NUMBER:
+                numbers.append(to)
+            else:
+                for seq, mark in self._spelled(label, glued):
+                    if seq:
+                        spelled.setdefault(seq[0], []).append((seq, to, mark, label.endswith(ELIDED)))
+        return _Out({t: tuple(units) for t, units in spelled.items()}, tuple(numbers))
 
     def _allowed_after(self, where: _Where) -> np.ndarray:
         """The tokens the graph allows after `where`, in order."""
-        if where not in self._allowed:
-            allowed: set[int] = {u.tokens[u.at] for u in where.units}
-            if where.number:
-                allowed |= self.glued
-                if not where.decimal:
-                    allowed |= self.point
-            if where.states and where.ended:
+        return self._kept(self._allowed, where, self._allowed_tokens, where)
+
+    def _allowed_tokens(self, where: _Where) -> np.ndarray:
+        allowed: set[int] = {u.tokens[u.at] for u in where.units}
+        if where.number:
+            allowed |= self.glued
+            if not where.decimal:
+                allowed |= self.point
+        if where.states and where.ended:
+            allowed.add(self.eot)
+        elif where.states:
+            if not where.marked:
+                allowed |= self.marks if where.states & self.graph.finals else self.marks - self.ends
+            if where.states & self.graph.finals:
                 allowed.add(self.eot)
-            elif where.states:
-                if not where.marked:
-                    allowed |= self.marks if where.states & self.graph.finals else self.marks - self.ends
-                if where.states & self.graph.finals:
-                    allowed.add(self.eot)
-                out = self._out(where.states, where.after_elision)
-                allowed.update(out.spelled)
-                if out.numbers:
-                    allowed |= self.spaced
-            self._room(self._allowed)
-            self._allowed[where] = np.array(sorted(allowed), np.int64)
-        return self._allowed[where]
+            out = self._out(where.states, where.after_elision)
+            allowed.update(out.spelled)
+            if out.numbers:
+                allowed |= self.spaced
+        return np.array(sorted(allowed), np.int64)
 
     def _after(self, where: _Where, token: int) -> _Where:
         """Where the hypothesis is once `token` is said."""
-        key = (where, token)
-        if key not in self._next:
-            self._room(self._next)
-            self._next[key] = self._step(where, token)
-        return self._next[key]
+        return self._kept(self._next, (where, token), self._step, where, token)
 
     def _step(self, where: _Where, token: int) -> _Where:
         if token in self.point and where.number and not where.decimal:

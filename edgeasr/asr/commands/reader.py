@@ -101,6 +101,17 @@ class CommandReader:
         self.options, self.max_prompt, self.prompt, self.batch = options, max_prompt, prompt, batch
         self.budget = budget
 
+    def prepare(self, vocabulary: Vocabulary, language: str) -> bool:
+        """Build what reading a command with `vocabulary` in `language` needs (the home's
+        sentences, their graph and its search, the names prompt's tokens) before the first
+        command asks for it: a home's graph takes seconds to build (docs/benchmarks.md), which
+        the first command would otherwise wait. False where the language has no sentences."""
+        sentences = self.sentences(vocabulary, language)
+        if sentences is None:
+            return False
+        self.hearing.prepare(sentences)
+        return True
+
     def read(self, result: Transcription, window: EncodedWindow, vocabulary: Vocabulary,
              said_before: Sequence[int] = ()) -> Transcription:
         """The transcription of one window as the home's command it says, if any, with its
@@ -225,6 +236,10 @@ class CommandHearing:
         log.debug("the home's sentences %s against %.3f", found, own)
         return choose(text, own, found, sentences, [said for name in vocabulary.names for said in name.spoken],
                       likeness, budget)
+
+    def prepare(self, sentences: Sentences) -> None:
+        """The search of the home's sentences, kept for the readings to come."""
+        self.search_for(sentences.graph()).prepare()
 
     def search_for(self, graph: WordGraph) -> GrammarSearch:
         """The search of a graph, kept while its vocabulary is in use."""
