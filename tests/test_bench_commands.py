@@ -12,7 +12,7 @@ from edgeasr.cli import main
 from edgeasr.errors import UsageError
 from edgeasr.home.names import load_home
 from edgeasr.lab.evaluation.command_set import intent_from_json
-from edgeasr.lab.evaluation.scoring import normalizer, read_manifest
+from edgeasr.lab.evaluation.scoring import normalizer, read_manifest, sentence_normalizer
 from edgeasr.lab.evaluation.voice_commands import ALL, alias_targets, means_of, read_items, same_intent
 from edgeasr.stages import Intent
 
@@ -20,6 +20,25 @@ DATA = Path(__file__).parent / "data"
 DEV_COMMANDS = Path(__file__).resolve().parents[1].parent / "shared" / "eval" / "dev-commands"
 COUNT = 6
 ROWS = ("edgeasr", "edgeasr-vocabulary", "faster-whisper-beam5-names")
+
+
+@pytest.mark.parametrize(("language", "written", "said"), [
+    ("fr", "Allume Rez-de-chaussée à 55%", "allume Rez-de-chaussée à 55 pourcent"),
+    ("fr", "Minuteur une minute et 45 secondes.", "minuteur 1 minute et 45 secondes"),
+    ("es", "Pon Temporizador de una hora y media.", "pon temporizador de 1 hora y media"),
+    ("it", "Imposta la luminosità in cucina al 50%.", "imposta la luminosità in Cucina al 50 percento"),
+])
+def test_a_sentence_is_judged_as_said_whether_numbers_are_words_or_digits(language, written, said):
+    norm = sentence_normalizer(language)
+    assert norm(written).split() == norm(said).split()
+    assert normalizer(language)(written).split() != normalizer(language)(said).split()  # Whisper's alone: not
+
+
+def test_a_sentence_in_other_words_or_numbers_is_still_another_sentence():
+    norm = sentence_normalizer("fr")
+    assert norm("Ferme les stores.").split() != norm("ferme tous les stores").split()
+    assert norm("Règle à 15%").split() != norm("règle à 50 pourcent").split()
+    assert sentence_normalizer("en") is normalizer("en")  # English: Whisper's own numbers
 
 
 def test_intents_are_the_same_with_the_same_slots_free_text_case_folded():

@@ -86,9 +86,9 @@ def _process(key: str, o: BenchOptions, session: AssistSession) -> EngineProcess
 async def run_bench(o: BenchOptions, clips: list[Clip]) -> dict[str, Any]:
     from edgeasr.audio.files import load_audio
     from edgeasr.lab.evaluation.satellite import SAMPLE_RATE
-    from edgeasr.lab.evaluation.scoring import normalizer
+    from edgeasr.lab.evaluation.scoring import sentence_normalizer
 
-    norm = normalizer(o.home.language)
+    norm = sentence_normalizer(o.home.language)
     async with AssistSession(o.hass_venv, o.home, o.workdir) as session:
         pipelines = {key: await session.serve(_process(key, o, session)) for key in o.engines}
         utterances = []

@@ -222,3 +222,33 @@ def normalizer(language: str = "en") -> Callable[[str], str]:
     from whisper_normalizer.basic import BasicTextNormalizer
 
     return BasicTextNormalizer()
+
+
+# "%" as each language's command sets say it (their references write the word, the decoder "%")
+PERCENT_SAID = {"fr": "pourcent", "es": "por ciento", "it": "percento", "nl": "procent", "de": "prozent"}
+
+
+@functools.cache
+def sentence_normalizer(language: str = "en") -> Callable[[str], str]:
+    """Whether a command was written as said, outside English: `normalizer`, after numbers said
+    in words are written in digits (text2num, both sides alike) and "%" is spelled as the
+    language says it. Whisper's basic normalizer leaves numbers as written and drops "%", so
+    "Allume Rez-de-chaussée à 55%" was no sentence "allume Rez-de-chaussée à 55 pourcent", nor
+    "una hora" "1 hora". English: `normalizer` alone (its own numbers and "%")."""
+    basic = normalizer(language)
+    if language == "en":
+        return basic
+    from text_to_num import alpha2digit
+
+    percent = PERCENT_SAID.get(language)
+
+    def norm(text: str) -> str:
+        if percent:
+            text = re.sub(r"\s*%", " " + percent, text)
+        try:
+            text = alpha2digit(text, language, threshold=0)
+        except ValueError:  # a language text2num does not know
+            pass
+        return basic(text)
+
+    return norm

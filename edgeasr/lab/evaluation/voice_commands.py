@@ -12,7 +12,9 @@ cut from). faster-whisper reads the CTranslate2 model the bundle was imported fr
 Per group of each set (its manifest's `group` column; a set without one is one group named
 after the set) and over all of them:
 - sentence accuracy: the hypothesis equals the reference after Whisper's normalizer, word for
-  word (the basic normalizer of other languages than English leaves a space where a mark was);
+  word (the basic normalizer of other languages than English leaves a space where a mark was;
+  outside English numbers said in words count as their digits and "%" as the word said for it,
+  scoring.sentence_normalizer: "à 55%" is "à 55 pourcent" said);
 - intent accuracy: the intent Home Assistant's matcher (edgeasr.home.sentences) finds in the
   hypothesis equals the expected one: the same intent and the same slots with the same values
   (free text compared case folded; an area or entity said by one of its aliases is the area or
@@ -242,9 +244,9 @@ def run(args) -> dict:
 
 def summarize(items: list[Item], results: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
     """Per row, per group (and ALL): the accuracies, the counts and the latency median."""
-    from edgeasr.lab.evaluation.scoring import normalizer
+    from edgeasr.lab.evaluation.scoring import sentence_normalizer
 
-    normalizers = {lang: normalizer(lang) for lang in {i.home.language for i in items}}
+    normalizers = {lang: sentence_normalizer(lang) for lang in {i.home.language for i in items}}
     groups = [ALL, *dict.fromkeys(i.group for i in items)]
     table: dict[str, dict[str, dict]] = {}
     for row, res in results.items():
