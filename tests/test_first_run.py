@@ -20,7 +20,16 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 
 def test_two_first_runs_at_once_share_one_build(tmp_path, dev_dir):
+    """...and the default bundles an earlier release made are removed (its lock and killed
+    builds too); a directory that is no default bundle is left alone."""
     state = tmp_path / "state"
+    models_dir(state).mkdir(parents=True)
+    earlier = ["whisper-tiny.en-0.1.0-edgeasr0.9.0-b10", "whisper-tiny.en-0.1.0-edgeasr0.9.0-b10.lock",
+               "whisper-tiny.en-0.1.0-edgeasr0.9.0-b10.partial-x1"]
+    for name in (earlier[0], earlier[2], "my-bundle"):
+        (models_dir(state) / name).mkdir()
+        (models_dir(state) / name / "manifest.json").write_text("{}")
+    (models_dir(state) / earlier[1]).touch()
     wav = dev_dir / "audio" / "cmu_goforward.wav"
     runs = [subprocess.Popen([sys.executable, "-m", "edgeasr", "transcribe", "--json", "--set",
                               f"state_dir={state}", "--log-level", "INFO", str(wav)], cwd=REPO,
@@ -35,4 +44,5 @@ def test_two_first_runs_at_once_share_one_build(tmp_path, dev_dir):
     assert "another process is preparing the default model bundle: waiting for it" in logs
     root = default_dir(state)
     load_bundle(root, verify_checksums=True)
-    assert sorted(p.name for p in models_dir(state).iterdir()) == [root.name, root.name + ".lock"]
+    assert sorted(p.name for p in models_dir(state).iterdir()) == ["my-bundle", root.name, root.name + ".lock"]
+    assert all(f"removed {models_dir(state) / name}: made by another release" in logs for name in earlier)

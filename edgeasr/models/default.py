@@ -82,7 +82,23 @@ def prepare_default(state_dir: Path) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        _remove_others(models, root)
     return root
+
+
+def _remove_others(models: Path, root: Path) -> None:
+    """The default bundles earlier releases (or weights) made beside `root`, their locks and
+    killed builds: about 190 MB each that no release reads again (a bundle is made for one
+    edgeasr version), which an upgrade would otherwise leave on the Pi's card or the add-on's
+    /data. Only this cache's own names are touched; a bundle at model.path lives elsewhere."""
+    for other in models.glob(f"{PREFIX}*-edgeasr*-b*"):
+        if other.name == root.name or other.name.startswith(root.name + "."):
+            continue
+        if other.is_dir():
+            shutil.rmtree(other, ignore_errors=True)
+        else:
+            other.unlink(missing_ok=True)
+        log.info("removed %s: made by another release", other)
 
 
 @contextlib.contextmanager
