@@ -38,9 +38,12 @@ VERIFIED = ".verified.json"
 # and (optional within the format: either reads the other's) encoder_int8 may take any number of
 # frames, so that a window whose audio ends early is encoded over fewer; optional within the
 # format, the shortlist extra (its roles below and the manifest's `shortlist` section); 11:
-# tokenizer.json with every merge of its vocabulary (models/tokenizer_merges.py: base's, as its
+# tokenizer.json with every merge of its vocabulary (tokenizer_merges.py: base's, as its
 # package ships it, had lost one, and spelled every word beginning " t" in pieces)
 FORMAT = "edgeasr-bundle/11"
+# the format before, read as it is when its tokenizer lost no merge (tiny.en's, any made from a
+# Hugging Face directory): the two differ in nothing else
+WHOLE_TOKENIZER_FORMAT = "edgeasr-bundle/10"
 # The decoder's token table, read by rows on the host (CPU decoder, Hailo reference decoder)
 TOKEN_TABLE_ROLE = "token_embedding"
 # What the encoder outputs past the window for a 30 s input that goes on in silence: one
@@ -204,6 +207,18 @@ def verify_files(root: Path, files: dict) -> None:
             pass  # a read-only bundle is hashed at every start: slower, as safe
 
 
+def _check_tokenizer(root: Path, manifest: dict) -> None:
+    """A bundle of the format before reads only when its tokenizer lost no merge."""
+    from edgeasr.tokenizer_merges import lost_from
+
+    path = root / manifest.get("files", {}).get("tokenizer", {}).get("path", "tokenizer.json")
+    lost = lost_from(path) if path.is_file() else 0
+    if lost:
+        raise ModelError(f"{root / MANIFEST}: format {WHOLE_TOKENIZER_FORMAT!r}, and its {path.name} lost {lost} "
+                         f"merge(s), which misspells words to the command reading (re-create it with `edgeasr "
+                         f"models import`)")
+
+
 def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
     root = Path(root)
     mpath = root / MANIFEST
@@ -215,7 +230,9 @@ def load_bundle(root: Path, verify_checksums: bool = False) -> Bundle:
         m = json.loads(mpath.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelError(f"{mpath}: unreadable manifest ({exc})") from exc
-    if m.get("format") != FORMAT:
+    if m.get("format") == WHOLE_TOKENIZER_FORMAT:
+        _check_tokenizer(root, m)
+    elif m.get("format") != FORMAT:
         raise ModelError(f"{mpath}: format {m.get('format')!r} is not {FORMAT!r} "
                          "(re-create it with `edgeasr models import`)")
     for role, entry in m["files"].items():

@@ -1,4 +1,4 @@
-"""A tokenizer.json that lost merges is made whole at import (models/tokenizer_merges.py): the
+"""A tokenizer.json that lost merges is made whole at import (edgeasr/tokenizer_merges.py): the
 real base package's, which lacks "Ġ t", and a small GPT-2-layout vocabulary with a merge taken
 out of its middle; a whole one is copied as it is."""
 
@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from edgeasr.errors import ModelError
 from edgeasr.models.checkpoint import load_checkpoint
-from edgeasr.models.tokenizer_merges import BYTE_TOKENS, lost_merges, write_whole
+from edgeasr.tokenizer_merges import BYTE_TOKENS, lost_merges, write_whole
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +75,23 @@ def test_merges_out_of_the_vocabulary_order_are_left_alone():
 
 def test_the_imported_base_bundle_writes_words_beginning_with_t_whole(base_bundle):
     assert _ids(base_bundle / "tokenizer.json", " tous les timers") == ["Ġtous", "Ġles", "Ġtim", "ers"]
+
+
+def test_a_bundle_of_the_format_before_reads_when_its_tokenizer_lost_no_merge(tiny_bundle, base_tokenizer, tmp_path):
+    """Format 10 differs from 11 only by the tokenizer: a tiny.en bundle made before reads as it
+    is; one with base's tokenizer as its package ships it is refused with the command that
+    makes it again."""
+    import shutil
+
+    from edgeasr.bundle import MANIFEST, WHOLE_TOKENIZER_FORMAT, load_bundle
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_bundle, old)
+    manifest = json.loads((old / MANIFEST).read_text())
+    (old / MANIFEST).write_text(json.dumps({**manifest, "format": WHOLE_TOKENIZER_FORMAT}))
+    assert load_bundle(old).name == manifest["name"]
+    shutil.copyfile(base_tokenizer, old / "tokenizer.json")
+    manifest["files"]["tokenizer"]["bytes"] = (old / "tokenizer.json").stat().st_size
+    (old / MANIFEST).write_text(json.dumps({**manifest, "format": WHOLE_TOKENIZER_FORMAT}))
+    with pytest.raises(ModelError, match=r"tokenizer.json lost 1 merge.*edgeasr models import"):
+        load_bundle(old)

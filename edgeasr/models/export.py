@@ -38,11 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from edgeasr import __version__
+from edgeasr import __version__, tokenizer_merges
 from edgeasr.asr.features import SILENCE
 from edgeasr.bundle import FORMAT, MANIFEST, SILENCE_ROLE, TAIL_MAP_ROLE, file_entry
 from edgeasr.errors import ModelError, OutputError, ToolMissingError, UsageError
-from edgeasr.models import tokenizer_merges
 from edgeasr.models.checkpoint import Checkpoint, Dims, load_checkpoint
 from edgeasr.models.known_decoding import apply_known, known_decoding
 
@@ -323,7 +322,7 @@ class BundleFiles:
                                       "tail": tail, "weight_scale": weight_scale, "basis": kind}
 
     def tokenizer(self) -> None:
-        """The checkpoint's tokenizer.json, its lost merges put back (models/tokenizer_merges.py)."""
+        """The checkpoint's tokenizer.json, its lost merges put back (edgeasr/tokenizer_merges.py)."""
         restored = tokenizer_merges.write_whole(self.ckpt.tokenizer_json, self.out / "tokenizer.json")
         if restored:
             log.info("%s: %d merge(s) its list had lost put back", self.ckpt.tokenizer_json, restored)

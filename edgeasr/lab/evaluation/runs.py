@@ -37,7 +37,7 @@ def ct2_files(bundle) -> dict[str, bytes] | None:
     for name in ("config.json", "vocabulary.txt", "vocabulary.json"):
         if (parts[0].parent / name).is_file():
             files[name] = (parts[0].parent / name).read_bytes()
-    # the bundle's tokenizer, its lost merges put back (models/tokenizer_merges.py): a prompt
+    # the bundle's tokenizer, its lost merges put back (edgeasr/tokenizer_merges.py): a prompt
     # is then written alike for both
     files["tokenizer.json"] = bundle.path("tokenizer").read_bytes()
     return files

@@ -8,7 +8,9 @@ wrote " toutes" as " ", "t", "out", "es" (a spelling the decoder gives -21 nats,
 " toutes" costs about 1), and every word beginning " t" alike: the home's sentences, the names
 prompt and the decoded text read by the command reading were spelled so (" timer", " tous",
 " temporizador"). The merge a token lost is found as tiktoken's BPE would make the token (the
-two parts the lower-ranked merges leave of it) and put back at its rank.
+two parts the lower-ranked merges leave of it) and put back at its rank: the import writes the
+bundle's tokenizer so (`write_whole`), and a bundle of the format before reads only when its
+tokenizer lost none (bundle.load_bundle: tiny.en's never did).
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def lost_merges(model: dict) -> list[tuple[int, tuple[str, str]]]:
         lost.append((rank, (parts[0], parts[1])))
         ranks[parts[0], parts[1]] = rank
     return lost
+
+
+def lost_from(path: Path) -> int:
+    """How many merges the tokenizer.json at `path` lost (0 for a tokenizer that is no BPE)."""
+    model = json.loads(path.read_text(encoding="utf-8")).get("model", {})
+    return len(lost_merges(model)) if model.get("type") == "BPE" else 0
 
 
 def write_whole(source: Path, target: Path) -> int:
