@@ -44,7 +44,10 @@ def _parts(token: str, ranks: dict[tuple[str, str], int], below: int) -> list[st
 
 def lost_merges(model: dict) -> list[tuple[int, tuple[str, str]]]:
     """The merges a BPE model's list lacks: (the rank it had, the pair), for every token past
-    the byte tokens that no merge makes, where the list is in the vocabulary's order."""
+    the byte tokens that no merge makes, where the list is in the vocabulary's order (none for
+    a model that is no BPE)."""
+    if model.get("type") != "BPE":
+        return []
     vocab, merges = model["vocab"], [_pair(m) for m in model["merges"]]
     made = [vocab.get(a + b) for a, b in merges]
     if None in made or made != sorted(made):
@@ -65,16 +68,15 @@ def lost_merges(model: dict) -> list[tuple[int, tuple[str, str]]]:
 
 
 def lost_from(path: Path) -> int:
-    """How many merges the tokenizer.json at `path` lost (0 for a tokenizer that is no BPE)."""
-    model = json.loads(path.read_text(encoding="utf-8")).get("model", {})
-    return len(lost_merges(model)) if model.get("type") == "BPE" else 0
+    """How many merges the tokenizer.json at `path` lost."""
+    return len(lost_merges(json.loads(path.read_text(encoding="utf-8")).get("model", {})))
 
 
 def write_whole(source: Path, target: Path) -> int:
     """Write `source`'s tokenizer.json to `target` with its lost merges put back; how many."""
     data = json.loads(source.read_text(encoding="utf-8"))
     model = data.get("model", {})
-    lost = lost_merges(model) if model.get("type") == "BPE" else []
+    lost = lost_merges(model)
     if not lost:  # copied byte for byte
         target.write_bytes(source.read_bytes())
         return 0

@@ -296,13 +296,13 @@ class GrammarSearch:
 
     # -- the graph, token by token ------------------------------------------------------------
     def _kept(self, cache: dict, key: Any, make: Callable[..., Any], *args: Any) -> Any:
-        """cache[key], make(*args) when missing; a full cache starts again (bounded memory), but
-        the spellings' (one per word of the graph). What is made is returned as made, not read
-        back: `prepare` may fill the caches from another thread."""
+        """cache[key], make(*args) when missing; a full cache starts again (bounded memory). What
+        is made is returned as made, not read back: `prepare` may fill the caches from another
+        thread."""
         value = cache.get(key)
         if value is None:
             value = make(*args)
-            if len(cache) >= self.max_places and cache is not self._spellings:
+            if len(cache) >= self.max_places:
                 cache.clear()
             cache[key] = value
         return value
@@ -324,7 +324,11 @@ class GrammarSearch:
         """The ways the decoder writes a word: its tokens, and the mark its last token carries
         where the tokenizer merges a mark into it ("to 50%." is " 50", "%."; "", most words).
         `glued`: after an elided word, also without its space."""
-        return self._kept(self._spellings, ("" if not glued else "\0") + label, self._spellings_of, label, glued)
+        key = ("" if not glued else "\0") + label
+        ways = self._spellings.get(key)  # one per word of the graph: never cleared
+        if ways is None:
+            ways = self._spellings[key] = self._spellings_of(label, glued)
+        return ways
 
     def _spellings_of(self, label: str, glued: bool) -> tuple[tuple[tuple[int, ...], str], ...]:
         ways: set[tuple[tuple[int, ...], str]] = set()
