@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 30.0  # a connection that makes no progress (audio, a request) for this long is closed
 SESSION_SLACK_S = 30.0  # a session's audio must end within 2 x max_audio_s + this, however it trickles
 LATENCY_WINDOW = 200  # stop-to-transcript latencies kept for the metrics
+# connections accepted at once when the socket is ready (asyncio's `backlog`, also the kernel's
+# queue), before any of them is served or closed: the daemon holds about max_connections and twice
+# this many sockets. At asyncio's 100, a flood of 512 connections took the daemon with 256 open
+# files past them ("socket.accept() out of system resource", then a second of accepting nothing)
+# in 1 CI run of 6; at 16, the flood filled the kernel's queue and its clients waited seconds.
+# Sampled peak during the flood: 152-167 files at 100, 131-142 at 64
+ACCEPT_BURST = 64
 
 
 @dataclass
@@ -154,13 +161,15 @@ class WyomingServer:
         assert self.options.uri is not None  # checked in __init__
         uri = urlparse(self.options.uri)
         if uri.scheme == "tcp":
-            self._server = await asyncio.start_server(self._accept, uri.hostname, uri.port, limit=HEADER_LIMIT)
+            self._server = await asyncio.start_server(self._accept, uri.hostname, uri.port, limit=HEADER_LIMIT,
+                                                      backlog=ACCEPT_BURST)
             if self.options.zeroconf:
                 await self._announce(self.options.zeroconf, uri.port or 0)
         elif uri.scheme == "unix":
             path = Path(uri.netloc + uri.path)
             claim_socket_path(path)
-            self._server = await asyncio.start_unix_server(self._accept, path=str(path), limit=HEADER_LIMIT)
+            self._server = await asyncio.start_unix_server(self._accept, path=str(path), limit=HEADER_LIMIT,
+                                                           backlog=ACCEPT_BURST)
             self._socket = (path, path.stat().st_ino)
         else:
             raise ValueError("only tcp:// and unix:// are served")
