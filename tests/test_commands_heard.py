@@ -387,14 +387,28 @@ def test_the_searchs_caches_are_bounded_and_change_nothing(tiny, speakers):
     assert all(0 < len(c) <= 8 for c in caches) and len(roomy._next) > 8
 
 
-def test_prepare_builds_the_homes_graph_and_search_before_the_first_command(tiny):
+def test_prepare_builds_what_a_reading_needs_before_the_first_command(tiny_bundle, speakers):
     """Transcriber.prepare (the daemon calls it whenever the vocabulary changes): the home's
-    graph and the first step of its search exist before any command is read; a language the
-    templates do not have prepares nothing."""
+    graph, every word of it spelled, the first step of its search, and the graphs a reading runs
+    (the scoring step; the batched step, run once for every number of rows) exist before any
+    command is read, and the reading then uses them; a language the templates do not have
+    prepares nothing."""
+    from edgeasr.stages import WordGraph
+
+    engine = make_engine(tiny_bundle, sentences=sentences_for)  # every extra: the steps a reading runs
+    sessions = engine.sessions
+    assert sessions.decoder._score_session is None and sessions._batch is None  # made on first use
     vocabulary = load_home(HELD_OUT)
-    assert tiny.prepare(vocabulary, "en")
+    assert engine.prepare(vocabulary, "en")
     graph = sentences_for(vocabulary, "en")._graph  # built, and kept for the reading
     assert graph is not None
-    search = tiny.sessions.command_hearing._searches[id(graph)][1]
-    assert len(search._allowed) >= 1  # the sentences' first words, spelled
-    assert not tiny.prepare(vocabulary, "xx")
+    search = sessions.command_hearing._searches[id(graph)][1]
+    assert len(search._allowed) >= 1  # the sentences' first words
+    words = {label for arcs in graph.arcs.values() for label, _ in arcs if label not in (None, WordGraph.NUMBER)}
+    assert words and words <= set(search._spellings)
+    scoring, batch = sessions.decoder._score_session, sessions._batch
+    assert scoring is not None and batch is not None and batch._warm
+    heard = engine.transcribe(said(speakers, "turn on the nano leaf shapes"), language="en", vocabulary=vocabulary)
+    assert heard.reading and heard.reading["steps"] > 0  # searched, on the sessions prepared
+    assert sessions.decoder._score_session is scoring and sessions._batch is batch
+    assert not engine.prepare(vocabulary, "xx")

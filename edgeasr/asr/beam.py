@@ -39,7 +39,7 @@ from edgeasr.asr.decoding import (
     feed_prompt,
     logsumexp,
 )
-from edgeasr.asr.encoder import ort_session
+from edgeasr.asr.encoder import ort_session, warm_run
 from edgeasr.asr.greedy import decode_window, token_cap
 from edgeasr.asr.logits import LogitRules
 from edgeasr.asr.tail import WindowEnd
@@ -68,6 +68,18 @@ class BatchDecoderSession:
         self._shared: dict[str, np.ndarray] = {}  # the window's cross K/V and the prompt's K/V, bound by `begin`
         self._bindings: dict[int, Any] = {}  # onnxruntime IOBindings by the number of rows a step runs
         self._bound: set[int] = set()  # those that have the window's and the prompt's buffers bound
+        self._warm = False  # `warm` has run
+
+    def warm(self, prompt: int) -> None:
+        """One run for every number of rows a step may take, after a prompt of `prompt`
+        positions, on zeros and off the search's buffers (a search may be under way beside this):
+        the first run of each costs more than its next ones (base, measured: 10 against 3 ms for
+        one row, 15 against 5 for five), which the first commands read would pay."""
+        if self._warm:
+            return
+        for n in range(1, self.size + 1):
+            warm_run(self.session, {"batch": n, "n": 1, "positions": self.bundle.audio.n_positions, "prefix": prompt})
+        self._warm = True
 
     def _binding(self, n: int):
         """The step's bindings for its first n rows (each buffer holds them first and whole):

@@ -99,6 +99,17 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0, arena: boo
                          "with `edgeasr models import`") from exc
 
 
+
+def warm_run(session, sizes: dict[str, int]) -> None:
+    """One run of `session` on zeros, its named dimensions `sizes`, into buffers of its own: a
+    graph's first run at a shape costs more than its next ones (buffers first allocated and
+    touched), which a run here pays ahead, beside whatever else runs the session (onnxruntime's
+    runs are thread-safe)."""
+    feeds = {i.name: np.zeros([d if isinstance(d, int) else sizes[d] for d in i.shape],
+                              np.int64 if i.type == "tensor(int64)" else np.float32)
+             for i in session.get_inputs()}
+    session.run(None, feeds)
+
 def window_sizes(n_frames: int, parts: tuple[float, ...] = WINDOW_PARTS) -> tuple[int, ...]:
     """The encoder's window sizes in mel frames (even: the second convolution halves them)."""
     return tuple(sorted({2 * max(1, round(n_frames * part / 2)) for part in parts} | {n_frames}))

@@ -14,6 +14,7 @@ home's sentences), so variants are cheap: they share all of it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 from edgeasr.asr.beam import BatchDecoderSession, BeamDecoder
@@ -99,6 +100,7 @@ class EngineSessions:
         self._beams: dict[int, BeamDecoder] = {}
         self._aligner: WordAligner | None = None
         self._batch: BatchDecoderSession | None = None
+        self._batch_lock = threading.Lock()  # the reading's `prepare` may make it on its own thread
 
     @property
     def max_prompt(self) -> int:
@@ -119,9 +121,11 @@ class EngineSessions:
 
     def batch(self) -> BatchDecoderSession | None:
         """The batched step for the search held to the home's sentences, None without it."""
-        if self._batch is None and self.bundle.has_graph(BATCH_STEP_ROLE, self.precision):
-            self._batch = BatchDecoderSession(self.bundle, self.decoder, GRAMMAR_ROWS, self.precision, self.threads)
-        return self._batch
+        with self._batch_lock:
+            if self._batch is None and self.bundle.has_graph(BATCH_STEP_ROLE, self.precision):
+                self._batch = BatchDecoderSession(self.bundle, self.decoder, GRAMMAR_ROWS, self.precision,
+                                                  self.threads)
+            return self._batch
 
 
 # ---------------------------------------------------------------- made from the config

@@ -54,6 +54,7 @@ from edgeasr.asr.commands.vocabulary import (
     MIN_COMMAND_SCORE,
     NAME_MARGIN,
     PROMPT_ITEMS_CACHE,
+    PROMPT_TOKENS,
     VOCABULARY_CACHE,
     names_prompt,
     prompt_items,
@@ -108,7 +109,7 @@ class CommandReader:
         sentences = self.sentences(vocabulary, language)
         if sentences is None:
             return False
-        self.hearing.prepare(sentences)
+        self.hearing.prepare(sentences, self.batch())
         return True
 
     def read(self, result: Transcription, window: EncodedWindow, vocabulary: Vocabulary,
@@ -236,9 +237,14 @@ class CommandHearing:
         return choose(text, own, found, sentences, [said for name in vocabulary.names for said in name.spoken],
                       likeness, budget)
 
-    def prepare(self, sentences: Sentences) -> None:
-        """The search of the home's sentences, kept for the readings to come."""
+    def prepare(self, sentences: Sentences, batch: BatchDecoderSession | None = None) -> None:
+        """The search of the home's sentences, kept for the readings to come; and the graphs a
+        reading runs (the scoring step, the batched one) made and run once: the first command
+        read after a start waited about 200 ms for them (base, measured)."""
         self.search_for(sentences.graph()).prepare()
+        self.decoder.ready_scoring(2 * PROMPT_TOKENS)  # the names prompt, at most, and a text
+        if batch is not None:
+            batch.warm(PROMPT_TOKENS)
 
     def search_for(self, graph: WordGraph) -> GrammarSearch:
         """The search of a graph, kept while its vocabulary is in use."""

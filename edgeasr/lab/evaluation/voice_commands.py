@@ -38,7 +38,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -165,14 +165,17 @@ def read_items(set_dirs: list[Path], homes: list[Path], split: Mapping[str, str]
     return items
 
 
-def row_runners(args, bundle, rows: list[str]) -> dict[str, Callable[[np.ndarray, Home], str]]:
-    """Each row's function (audio, home) -> text."""
+def row_runners(args, bundle, rows: list[str], homes: Sequence[Home] = ()) -> dict[str, Callable[[np.ndarray, Home], str]]:
+    """Each row's function (audio, home) -> text. What reading each of `homes` needs is built
+    first, as the daemon builds it when it loads a vocabulary (Transcriber.prepare)."""
     from edgeasr.asr.commands.budget import UNLIMITED
     from edgeasr.asr.commands.vocabulary import prompt_text
     from edgeasr.daemon import engine_for
 
     cfg = row_config(args, {"encoder.backend": "onnx"})
     engine = engine_for(cfg, bundle)  # heard as the daemon hears: the home's sentences too
+    for home in homes:
+        engine.prepare(home.vocabulary, home.language)
     runners: dict[str, Callable[[np.ndarray, Home], str]] = {
         "edgeasr": lambda audio, home: engine.transcribe(audio, language=home.language).text,
         "edgeasr-vocabulary": lambda audio, home: engine.transcribe(
@@ -225,7 +228,7 @@ def run(args) -> dict:
     if not items:
         raise UsageError(f"--dataset: no utterances in {', '.join(map(str, args.set_dirs))}")
     bundle = open_bundle(row_config(args, {}))
-    runners = row_runners(args, bundle, rows)
+    runners = row_runners(args, bundle, rows, list({id(i.home): i.home for i in items}.values()))
     results: dict[str, list[dict]] = {r: [] for r in rows}
     for k, item in enumerate([items[0], *items]):  # the first one twice: a warm-up, not counted
         audio = load_audio(item.path, bundle.audio.sample_rate)
