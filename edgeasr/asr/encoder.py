@@ -99,7 +99,6 @@ def ort_session(path: Path, threads: int, spin_after_run_us: int = 0, arena: boo
                          "with `edgeasr models import`") from exc
 
 
-
 def warm_run(session, sizes: dict[str, int]) -> None:
     """One run of `session` on zeros, its named dimensions `sizes`, into buffers of its own: a
     graph's first run at a shape costs more than its next ones (buffers first allocated and
@@ -109,6 +108,7 @@ def warm_run(session, sizes: dict[str, int]) -> None:
                               np.int64 if i.type == "tensor(int64)" else np.float32)
              for i in session.get_inputs()}
     session.run(None, feeds)
+
 
 def window_sizes(n_frames: int, parts: tuple[float, ...] = WINDOW_PARTS) -> tuple[int, ...]:
     """The encoder's window sizes in mel frames (even: the second convolution halves them)."""

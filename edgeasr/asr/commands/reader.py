@@ -104,7 +104,8 @@ class CommandReader:
 
     def prepare(self, vocabulary: Vocabulary, language: str) -> bool:
         """Build what reading a command with `vocabulary` in `language` needs (the home's
-        sentences, their graph and its search) before the first command asks for it: a home's graph takes seconds to build (docs/benchmarks.md), which
+        sentences, their graph and its search, the graphs a reading runs) before the first
+        command asks for it: a home's graph takes seconds to build (docs/benchmarks.md), which
         the first command would otherwise wait. False where the language has no sentences."""
         sentences = self.sentences(vocabulary, language)
         if sentences is None:
